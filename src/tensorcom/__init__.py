@@ -1,0 +1,55 @@
+"""tensorcom: feed deep-learning training from data servers.
+
+Public names are imported lazily (on first attribute access), so `import tensorcom` stays light and
+never imports torch, Pillow or fsspec.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.2.0"
+
+# public name -> (module, attribute or None for the module itself)
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "Connection": ("tensorcom.connection", "Connection"),
+    "DecodeError": ("tensorcom.errors", "DecodeError"),
+    "EncodeError": ("tensorcom.errors", "EncodeError"),
+    "OpenError": ("tensorcom.errors", "OpenError"),
+    "PeerLost": ("tensorcom.errors", "PeerLost"),
+    "Pipeline": ("tensorcom.pipeline", "Pipeline"),
+    "RecvTimeout": ("tensorcom.errors", "RecvTimeout"),
+    "SampleError": ("tensorcom.errors", "SampleError"),
+    "ShardError": ("tensorcom.errors", "ShardError"),
+    "TarFormatError": ("tensorcom.errors", "TarFormatError"),
+    "TensorcomError": ("tensorcom.errors", "TensorcomError"),
+    "TransportError": ("tensorcom.errors", "TransportError"),
+    "URLError": ("tensorcom.errors", "URLError"),
+    "WorkerDied": ("tensorcom.errors", "WorkerDied"),
+    "WorkerError": ("tensorcom.errors", "WorkerError"),
+    "images": ("tensorcom.images", None),
+    "serve": ("tensorcom.serving", "serve"),
+    "shards": ("tensorcom.shards", None),
+    "tenbin": ("tensorcom.tenbin", None),
+    "urls": ("tensorcom.urls", None),
+    "wire": ("tensorcom.wire", None),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a public name on first use and cache the result."""
+    try:
+        module_name, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'tensorcom' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

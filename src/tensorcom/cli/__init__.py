@@ -1,0 +1,1 @@
+"""Command-line entry points: parse arguments, call the library, print. No logic of their own."""

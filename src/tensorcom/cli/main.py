@@ -1,0 +1,47 @@
+"""`tensorcom` umbrella command: `tensorcom SUBCOMMAND [ARGS]` runs the tool module named for it."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, function, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("tensorcom.cli.demo", "main", "make a small dataset, serve it on loopback, train on it"),
+    "serve": ("tensorcom.cli.serve", "main", "serve MODULE:FUNCTION's pipeline to URLs"),
+    "mon": ("tensorcom.cli.tensormon", "main", "same as tensormon"),
+    "stat": ("tensorcom.cli.tensorstat", "main", "same as tensorstat"),
+    "show": ("tensorcom.cli.tensorshow", "main", "same as tensorshow"),
+}
+
+
+def usage() -> str:
+    """The help text listing every subcommand."""
+    lines = ["usage: tensorcom SUBCOMMAND [ARGS...]", "", "subcommands:"]
+    lines += [f"  {name:<8} {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()]
+    lines += ["  version  print the version"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int | None:
+    """Dispatch argv[0] to its subcommand's main with the remaining arguments."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name in ("version", "--version"):
+        from tensorcom import __version__
+
+        print(__version__)
+        return 0
+    if name not in SUBCOMMANDS:
+        print(f"tensorcom: error: unknown subcommand {name!r}\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, function, _ = SUBCOMMANDS[name]
+    sys.argv = [f"tensorcom {name}", *rest]
+    return getattr(importlib.import_module(module_name), function)(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Every environment variable tensorcom reads, read here and nowhere else.
+
+Each function returns the value in force now (read on every call, so tests can monkeypatch).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_MAX_MESSAGE_SIZE = 1 << 31  # 2 GiB: receivers refuse anything larger
+
+
+def cache_dir() -> Path:
+    """Directory for cached data (the demo dataset): $TENSORCOM_CACHE, else $XDG_CACHE_HOME/tensorcom."""
+    explicit = os.environ.get("TENSORCOM_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tensorcom"
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """(rank, world size) of this node from RANK / WORLD_SIZE; (0, 1) when unset."""
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} and WORLD_SIZE={world} do not describe a node of the job")
+    return rank, world
+
+
+def max_message_size() -> int:
+    """Largest message a receiver accepts, in bytes: $TENSORCOM_MAX_MESSAGE_SIZE or 2 GiB."""
+    return int(os.environ.get("TENSORCOM_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE))

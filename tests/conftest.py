@@ -1,0 +1,112 @@
+"""Shared fixtures: loopback ports, ipc paths, and processes that are always cleaned up.
+
+Socket tests use `free_port` / `ipc_path`; anything that starts a process goes through `processes`
+(multiprocessing, spawn context) or `popen` (a subprocess), both of which kill what is left at teardown.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+
+def find_free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    """Call to get a fresh free loopback port."""
+    return find_free_port
+
+
+@pytest.fixture
+def ipc_path():
+    """Call to get a fresh path for an ipc:// socket in a private temp dir (short, under /tmp)."""
+    tmp = tempfile.mkdtemp(prefix="tc-ipc-", dir="/tmp")
+    count = iter(range(10**6))
+
+    def make() -> str:
+        return os.path.join(tmp, f"s{next(count)}")
+
+    yield make
+    for name in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, name))
+    os.rmdir(tmp)
+
+
+class ProcessGroup:
+    """Starts multiprocessing.Process objects (spawn) and kills every survivor on close."""
+
+    def __init__(self):
+        self.context = multiprocessing.get_context("spawn")
+        self.started: list = []
+
+    def start(self, target, *args, **kwargs):
+        """Start target(*args, **kwargs) in a new spawned process; returns the Process."""
+        proc = self.context.Process(target=target, args=args, kwargs=kwargs, daemon=True)
+        proc.start()
+        self.started.append(proc)
+        return proc
+
+    def close(self):
+        for proc in self.started:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+
+
+@pytest.fixture
+def processes():
+    group = ProcessGroup()
+    yield group
+    group.close()
+
+
+class PopenGroup:
+    """Starts subprocesses in their own process group and kills each group on close."""
+
+    def __init__(self):
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, args, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(args, start_new_session=True, **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def python(self, *args, **kwargs) -> subprocess.Popen:
+        """Start `python ARGS` with this interpreter."""
+        return self.start([sys.executable, *args], **kwargs)
+
+    def close(self):
+        for proc in self.started:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (proc.stdout, proc.stderr, proc.stdin):
+                if stream:
+                    stream.close()
+
+
+@pytest.fixture
+def popen():
+    group = PopenGroup()
+    yield group
+    group.close()

@@ -1,0 +1,29 @@
+"""The public API of `tensorcom` is pinned: adding or removing a name must change this test."""
+
+import subprocess
+import sys
+
+import tensorcom
+
+EXPECTED = [
+    "Connection", "DecodeError", "EncodeError", "OpenError", "PeerLost", "Pipeline", "RecvTimeout",
+    "SampleError", "ShardError", "TarFormatError", "TensorcomError", "TransportError", "URLError",
+    "WorkerDied", "WorkerError", "images", "serve", "shards", "tenbin", "urls", "wire",
+]
+
+
+def test_all_is_sorted_and_pinned():
+    assert tensorcom.__all__ == sorted(tensorcom.__all__)
+    assert tensorcom.__all__ == EXPECTED
+
+
+def test_every_public_name_resolves():
+    for name in tensorcom.__all__:
+        assert getattr(tensorcom, name) is not None, name
+
+
+def test_import_is_light():
+    code = "import sys, tensorcom, tensorcom.connection, tensorcom.shards; print(sorted(m for m in ('torch','PIL','fsspec') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
