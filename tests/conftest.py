@@ -110,3 +110,60 @@ def popen():
     group = PopenGroup()
     yield group
     group.close()
+
+
+# --- shard test servers (tests/servers.py): a directory over HTTP, moto's S3 server ---
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory):
+    """A threaded HTTP server on 127.0.0.1 for a fresh directory: `.root` (Path) to put files in,
+    `.url` (base URL), `.requests` (count per path); test routes /status/N/, /flaky/N/, /drop/."""
+    from servers import FileServer
+
+    server = FileServer(tmp_path_factory.mktemp("http-root"))
+    yield server
+    server.stop()
+
+
+class S3Server:
+    """A running moto S3 server: `.endpoint`, `.port`, and `client()` for a boto3 S3 client."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.endpoint = f"http://127.0.0.1:{port}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+
+
+S3_TEST_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_SESSION_TOKEN": "", "AWS_SECURITY_TOKEN": ""}
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's standalone S3 server on 127.0.0.1 (a subprocess, killed at teardown); sets
+    AWS_ENDPOINT_URL and fake credentials in os.environ for the session and restores them after."""
+    from servers import start_moto, stop_process
+
+    port = find_free_port()
+    env = dict(S3_TEST_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    saved = {name: os.environ.get(name) for name in env}
+    for name, value in env.items():
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+    proc = start_moto(port)
+    try:
+        yield S3Server(port)
+    finally:
+        stop_process(proc)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

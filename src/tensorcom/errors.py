@@ -29,11 +29,11 @@ class TensorcomError(Exception):
 class DecodeError(TensorcomError, ValueError):
     """Bytes that are not a valid tenbin / wire message.
 
-    `index` is the chunk (tenbin) or frame (wire) where decoding failed, or None.
+    `index` is the chunk (tenbin) or frame (wire) where decoding failed, or None; `unit` names which.
     """
 
-    def __init__(self, message: str, index: int | None = None):
-        super().__init__(message if index is None else f"{message} (chunk {index})")
+    def __init__(self, message: str, index: int | None = None, unit: str = "chunk"):
+        super().__init__(message if index is None else f"{message} ({unit} {index})")
         self.index = index
 
 

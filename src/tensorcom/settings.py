@@ -32,3 +32,8 @@ def rank_and_world_size() -> tuple[int, int]:
 def max_message_size() -> int:
     """Largest message a receiver accepts, in bytes: $TENSORCOM_MAX_MESSAGE_SIZE or 2 GiB."""
     return int(os.environ.get("TENSORCOM_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE))
+
+
+def s3_endpoint_url() -> str | None:
+    """Endpoint of an S3-compatible store: $AWS_ENDPOINT_URL_S3, else $AWS_ENDPOINT_URL, else None (AWS)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None

@@ -1,0 +1,160 @@
+"""Shard reading speed: tensorcom vs webdataset 1.0.2 vs `cat`, on the same shards, in one run.
+
+    ./run bench benchmarks/shards.py [--shards 10] [--per-shard 2000] [--decode-shards 2]
+
+Makes (once, cached under bench-data/shards/) 10 shards × 2000 samples of a ~15 KB 256×256 JPEG
+(noise + gradients, quality 85) + cls + json with our ShardWriter, then measures in one process:
+raw reading (no decode) as samples/s and MB/s for tensorcom, webdataset and `cat FILES > /dev/null`
+(after a warm-up read, so all three read from the page cache), then decoding JPEGs to rgb8 in one
+process for both libraries on the first --decode-shards shards. Prints a table with the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tensorcom import shards
+
+ROOT = Path(__file__).resolve().parent.parent / "bench-data" / "shards"
+
+
+def make_jpegs(count: int, seed: int = 0) -> list[bytes]:
+    """`count` distinct 256×256 JPEGs of about 15 KB: smooth gradients, blobs and mild noise."""
+    import PIL.Image
+    import io
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:256, 0:256].astype(np.float32) / 255.0
+    result = []
+    for _ in range(count):
+        a, b, c = rng.uniform(0.2, 3.0, 3)
+        base = np.stack([np.sin(a * 6 * x + b), np.cos(b * 5 * y + c), np.sin(c * 4 * (x + y))], axis=-1)
+        noise = rng.normal(0, 0.035, (256, 256, 3))
+        image = np.clip((base * 0.5 + 0.5 + noise) * 255, 0, 255).astype(np.uint8)
+        out = io.BytesIO()
+        PIL.Image.fromarray(image).save(out, format="JPEG", quality=85)
+        result.append(out.getvalue())
+    return result
+
+
+def ensure_shards(nshards: int, per_shard: int) -> list[str]:
+    """The shard paths, written with our ShardWriter unless already cached."""
+    directory = ROOT / f"{nshards}x{per_shard}"
+    urls = [str(directory / f"bench-{i:06d}.tar") for i in range(nshards)]
+    if all(os.path.exists(u) for u in urls):
+        return urls
+    directory.mkdir(parents=True, exist_ok=True)
+    jpegs = make_jpegs(256)
+    print(f"# writing {nshards} shards to {directory} (mean JPEG {np.mean([len(j) for j in jpegs]):.0f} B)")
+    with shards.ShardWriter(str(directory / "bench-%06d.tar"), maxcount=per_shard) as writer:
+        for i in range(nshards * per_shard):
+            writer.write({"__key__": f"{i:08d}", "jpg": jpegs[i % len(jpegs)], "cls": i % 1000,
+                          "json": {"index": i, "label": i % 1000, "source": "synthetic"}})
+    return urls
+
+
+def timed(function) -> tuple[float, int]:
+    start = time.perf_counter()
+    count = function()
+    return time.perf_counter() - start, count
+
+
+def read_ours(urls):
+    return sum(1 for _ in shards.samples(urls, rank=0, world_size=1))
+
+
+def read_wds(urls):
+    import webdataset as wds
+
+    return sum(1 for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False))
+
+
+def decode_ours(urls):
+    count = 0
+    for sample in shards.ShardDataset(urls, decode="rgb8", rank=0, world_size=1):
+        count += sample["jpg"].shape[0] == 256
+    return count
+
+
+def decode_wds(urls):
+    import webdataset as wds
+
+    dataset = wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("rgb8")
+    return sum(sample["jpg"].shape[0] == 256 for sample in dataset)
+
+
+def read_cat(urls):
+    """`cat FILES > /dev/null`: GNU cat may hand the copy to the kernel (copy_file_range/splice), so
+    this can be far faster than any reader that looks at the bytes."""
+    subprocess.run(["cat", *urls], stdout=subprocess.DEVNULL, check=True)
+    return 0
+
+
+def read_cat_pipe(urls):
+    """`cat FILES | wc -c`: every byte crosses a pipe into a reading process."""
+    out = subprocess.run(["sh", "-c", 'cat "$@" | wc -c', "sh", *urls], capture_output=True, check=True)
+    assert int(out.stdout) == sum(os.path.getsize(u) for u in urls)
+    return 0
+
+
+def best_of(function, urls, repeats: int) -> tuple[float, int]:
+    runs = [timed(lambda: function(urls)) for _ in range(repeats)]
+    return min(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, default=10)
+    parser.add_argument("--per-shard", type=int, default=2000)
+    parser.add_argument("--decode-shards", type=int, default=2, help="shards decoded per library")
+    parser.add_argument("--repeats", type=int, default=3, help="best of N for the fast raw readers")
+    args = parser.parse_args()
+    urls = ensure_shards(args.shards, args.per_shard)
+    total_mb = sum(os.path.getsize(u) for u in urls) / 1e6
+    n = args.shards * args.per_shard
+    read_cat(urls)  # warm the page cache
+    rows = {}
+    seconds, _ = best_of(read_cat, urls, args.repeats)
+    rows["cat > /dev/null"] = (n / seconds, total_mb / seconds)
+    seconds, _ = best_of(read_cat_pipe, urls, args.repeats)
+    rows["cat | wc -c"] = (n / seconds, total_mb / seconds)
+    seconds, count = best_of(read_ours, urls, args.repeats)
+    assert count == n, count
+    rows["tensorcom raw"] = (n / seconds, total_mb / seconds)
+    seconds, count = timed(lambda: read_wds(urls))
+    assert count == n, count
+    rows["webdataset raw"] = (n / seconds, total_mb / seconds)
+    subset = urls[: args.decode_shards]
+    m = args.decode_shards * args.per_shard
+    sub_mb = sum(os.path.getsize(u) for u in subset) / 1e6
+    for name, function in (("tensorcom rgb8", decode_ours), ("webdataset rgb8", decode_wds)):
+        seconds, count = timed(lambda: function(subset))
+        assert count == m, count
+        rows[name] = (m / seconds, sub_mb / seconds)
+    report(rows, args, total_mb)
+
+
+def report(rows: dict[str, tuple[float, float]], args, total_mb: float) -> None:
+    print(f"\n{args.shards} shards x {args.per_shard} samples, {total_mb:.0f} MB; python {sys.version.split()[0]}")
+    print(f"| reader | samples/s | MB/s |\n|---|---:|---:|")
+    for name, (rate, mbps) in rows.items():
+        print(f"| {name} | {rate:,.0f} | {mbps:,.0f} |")
+    ours, theirs = rows["tensorcom raw"], rows["webdataset raw"]
+    cat, cat_pipe = rows["cat > /dev/null"], rows["cat | wc -c"]
+    decode_ratio = rows["tensorcom rgb8"][0] / rows["webdataset rgb8"][0]
+    print(f"\n| ratio | value | target |\n|---|---:|---:|")
+    print(f"| raw samples/s, tensorcom / webdataset | {ours[0] / theirs[0]:.1f}x | >= 20x |")
+    print(f"| raw MB/s, tensorcom / (cat | wc -c) | {ours[1] / cat_pipe[1]:.0%} | >= 50% |")
+    print(f"| raw MB/s, tensorcom / (cat > /dev/null) | {ours[1] / cat[1]:.0%} | (>= 50%) |")
+    print(f"| rgb8 decode samples/s, tensorcom / webdataset | {decode_ratio:.2f}x | >= 1x |")
+
+
+if __name__ == "__main__":
+    main()

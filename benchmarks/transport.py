@@ -1,0 +1,149 @@
+"""Transport benchmark: Connection zpush→zpull against raw pyzmq PUSH→PULL, in the same run.
+
+    ./run bench benchmarks/transport.py [--batches 200] [--repeats 3] [--transports tcp,ipc]
+
+Batches are [uint8 (64,224,224,3), int32 (64,)] (9.6 MB). The sender runs in a separate (spawned)
+process and connects; the receiver (this process) binds, throws away `--warmup` batches, then times
+`--batches` more. The baseline is raw pyzmq at its best: the batch as one pre-built frame, sent with
+copy=False and received with copy=False, with the same small high-water mark. Connection rows:
+protocol 2 multipart (the default), and for information protocol 1 and single-part messages.
+Each configuration runs `--repeats` times, interleaved; the table shows the best run of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import zmq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from tensorcom.connection import Connection  # noqa: E402
+
+SHAPES = ((64, 224, 224, 3), (64,))
+
+
+def make_batch() -> list:
+    """The benchmark batch: random uint8 images and int32 labels."""
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, SHAPES[0], dtype=np.uint8), np.arange(64, dtype=np.int32)]
+
+
+def raw_sender(address: str, count: int, hwm: int) -> None:
+    """Process body: send the batch as one pre-built frame `count` times, zero-copy."""
+    batch = make_batch()
+    frame = np.concatenate([a.reshape(-1).view(np.uint8) for a in batch])
+    context = zmq.Context()
+    sock = context.socket(zmq.PUSH)
+    sock.sndhwm, sock.linger = hwm, -1
+    sock.connect(address)
+    for _ in range(count):
+        sock.send(frame, copy=False)
+    sock.close()
+    context.term()
+
+
+def connection_sender(url: str, count: int, hwm: int, protocol: int, multipart: bool) -> None:
+    """Process body: send the batch with Connection.send `count` times."""
+    batch = make_batch()
+    conn = Connection(url, sndhwm=hwm, protocol=protocol, multipart=multipart)
+    conn.socket.linger = -1  # let the last batches out before closing
+    for _ in range(count):
+        conn.send(batch)
+    conn.socket.close()
+    conn.close()
+
+
+def time_receipts(receive, warmup: int, count: int) -> float:
+    """Seconds taken by `count` calls of `receive` after `warmup` untimed ones."""
+    for _ in range(warmup):
+        receive()
+    start = time.perf_counter()
+    for _ in range(count):
+        receive()
+    return time.perf_counter() - start
+
+
+def run_raw(address: str, args: argparse.Namespace, ctx) -> float:
+    """Seconds for raw PUSH→PULL: one frame per batch, copy=False on both sides."""
+    context = zmq.Context()
+    sock = context.socket(zmq.PULL)
+    sock.rcvhwm, sock.linger, sock.rcvtimeo = args.hwm, 0, 60000
+    sock.bind(address)
+    proc = ctx.Process(target=raw_sender, args=(address, args.warmup + args.batches, args.hwm))
+    proc.start()
+    try:
+        return time_receipts(lambda: sock.recv(copy=False), args.warmup, args.batches)
+    finally:
+        proc.join(60)
+        sock.close()
+        context.term()
+
+
+def run_connection(address: str, args: argparse.Namespace, ctx, protocol: int, multipart: bool) -> float:
+    """Seconds for Connection zpush→zpull with the given protocol and multipart setting."""
+    transport, rest = address.split("://", 1)
+    plus = "" if transport == "tcp" else f"+{transport}"
+    receiver = Connection(f"zpull{plus}://{rest}", rcvhwm=args.hwm, timeout=60)
+    proc = ctx.Process(target=connection_sender,
+                       args=(f"zpush{plus}://{rest}", args.warmup + args.batches, args.hwm, protocol, multipart))
+    proc.start()
+    try:
+        return time_receipts(receiver.recv, args.warmup, args.batches)
+    finally:
+        proc.join(60)
+        receiver.close()
+
+
+def addresses(transport: str, port: int, tmp: str) -> str:
+    """A fresh loopback or ipc address for one run."""
+    return f"tcp://127.0.0.1:{port}" if transport == "tcp" else f"ipc://{tmp}/s{port}"
+
+
+METHODS = [
+    ("raw pyzmq, 1 frame", lambda a, args, ctx: run_raw(a, args, ctx)),
+    ("Connection (v2, multipart)", lambda a, args, ctx: run_connection(a, args, ctx, 2, True)),
+    ("Connection (v1, multipart)", lambda a, args, ctx: run_connection(a, args, ctx, 1, True)),
+    ("Connection (v2, single-part)", lambda a, args, ctx: run_connection(a, args, ctx, 2, False)),
+]
+
+
+def main() -> None:
+    """Run every method on every transport `--repeats` times, interleaved, and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hwm", type=int, default=4)
+    parser.add_argument("--transports", default="tcp,ipc")
+    args = parser.parse_args()
+    ctx = multiprocessing.get_context("spawn")
+    nbytes = sum(int(np.prod(s)) * (1 if i == 0 else 4) for i, s in enumerate(SHAPES))
+    best: dict = {}
+    port = 20000 + os.getpid() % 20000
+    with tempfile.TemporaryDirectory(prefix="tc-bench-", dir="/tmp") as tmp:
+        for _ in range(args.repeats):
+            for transport in args.transports.split(","):
+                for name, method in METHODS:
+                    port += 1
+                    seconds = method(addresses(transport, port, tmp), args, ctx)
+                    key = (transport, name)
+                    best[key] = min(best.get(key, float("inf")), seconds)
+    print(f"batch {nbytes / 1e6:.1f} MB, {args.batches} batches timed, best of {args.repeats}, hwm {args.hwm}")
+    print(f"| transport | method | batches/s | GB/s | ratio vs raw |\n|---|---|---:|---:|---:|")
+    for transport in args.transports.split(","):
+        raw = best[(transport, METHODS[0][0])]
+        for name, _ in METHODS:
+            seconds = best[(transport, name)]
+            rate = args.batches / seconds
+            print(f"| {transport} | {name} | {rate:.1f} | {rate * nbytes / 1e9:.2f} | {raw / seconds:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

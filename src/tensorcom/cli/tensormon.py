@@ -1,0 +1,90 @@
+"""tensormon URL… — receive batches and print one line of rates per report interval.
+
+    tensormon zsub://127.0.0.1:7880 --count 1000 --report 2 --json
+
+Each line: batches/s, samples/s, MB/s over the interval, the last batch size, the batches known to be
+dropped (lossy PUB/SUB), and the running total. Exits after --count batches (default: never).
+The helpers `add_source_arguments` / `open_source` are shared with tensorstat and tensorshow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from tensorcom.cli.common import entry_point
+from tensorcom.connection import Connection
+
+DEFAULT_URL = "zsub://127.0.0.1:7880"
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """URL… (default zsub://127.0.0.1:7880) and --timeout, as every receiving tool takes them."""
+    parser.add_argument("urls", nargs="*", metavar="URL", default=[DEFAULT_URL],
+                        help=f"where to receive from (brace expansion works; default {DEFAULT_URL})")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="give up (exit 2) after S seconds without a batch; default: wait forever")
+
+
+def open_source(args: argparse.Namespace, **kwargs) -> Connection:
+    """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
+    if args.timeout is not None and args.timeout <= 0:
+        raise ValueError(f"--timeout must be positive, got {args.timeout}")
+    return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)
+
+
+def report_line(window: dict, conn: Connection, as_json: bool) -> str:
+    """One report: rates over the window {batches, samples, bytes, seconds} plus connection totals."""
+    seconds = max(window["seconds"], 1e-9)
+    figures = {
+        "batches_per_s": round(window["batches"] / seconds, 3),
+        "samples_per_s": round(window["samples"] / seconds, 3),
+        "MB_per_s": round(window["bytes"] / seconds / 1e6, 3),
+        "batch_size": conn.batch_size,
+        "dropped": conn.stats.dropped,
+        "batches": conn.stats.count,
+    }
+    if as_json:
+        return json.dumps(figures)
+    return ("{batches_per_s:10.1f} batches/s {samples_per_s:12.1f} samples/s {MB_per_s:10.2f} MB/s "
+            "batch {batch_size} dropped {dropped} total {batches}").format(**figures)
+
+
+def monitor(conn: Connection, count: int | None, every: float, as_json: bool) -> int:
+    """Receive until `count` batches (None: forever), printing a report every `every` seconds."""
+    stats = conn.stats
+    mark = (time.monotonic(), 0, 0, 0)
+    while count is None or stats.count < count:
+        conn.recv()
+        now = time.monotonic()
+        if now - mark[0] >= every or stats.count == count:
+            window = {"seconds": now - mark[0], "batches": stats.count - mark[1],
+                      "samples": stats.samples - mark[2], "bytes": stats.total - mark[3]}
+            print(report_line(window, conn, as_json), flush=True)
+            mark = (now, stats.count, stats.samples, stats.total)
+    return stats.count
+
+
+@entry_point
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, monitor the URLs, exit 0 after --count batches."""
+    parser = argparse.ArgumentParser(prog="tensormon", description=__doc__.splitlines()[0])
+    add_source_arguments(parser)
+    parser.add_argument("--count", type=int, default=None, metavar="N", help="exit after N batches")
+    parser.add_argument("--report", type=float, default=1.0, metavar="SECONDS",
+                        help="seconds between report lines (default 1)")
+    parser.add_argument("--json", action="store_true", help="print each report as a JSON object")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.count is not None and args.count < 1:
+        raise ValueError(f"--count must be at least 1, got {args.count}")
+    if args.report <= 0:
+        raise ValueError(f"--report must be positive, got {args.report}")
+    with open_source(args) as conn:
+        monitor(conn, args.count, args.report, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""What the wl-* tools share: the URL argument, field specs, reading samples, writing output shards,
+and turning decoded values into printable ones.
+
+Field specs follow WebLoader: several fields separated by commas or spaces (`-f "__key__ cls"`),
+alternatives within one field separated by semicolons (`jpg;png`: the first one the sample has).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from typing import Any, Iterator
+
+SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
+DECODE_CHOICES = ("none", "rgb8", "rgb", "l8", "l", "rgba8", "rgba", "pil")
+_NUMPY_INLINE_LIMIT = 16  # arrays with more elements print as a summary
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value
+
+
+def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser with the positional URL every wl-* tool takes; `description` (the tool module's
+    docstring, with its examples) is shown as written."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "url",
+        help="shard URL(s): path, file://, http(s)://, s3://, pipe:CMD or '-'; brace expansion "
+        "(data-{000..009}.tar) and '::' between several specs",
+    )
+    return parser
+
+
+def add_range_args(parser: argparse.ArgumentParser, count_default: int | None = None) -> None:
+    """Add -c/--count (samples to use) and -s/--skip (samples to pass over first)."""
+    parser.add_argument("-c", "--count", type=nonnegative_int, default=count_default,
+                        help=f"number of samples to use (default: {count_default or 'all'})")
+    parser.add_argument("-s", "--skip", type=nonnegative_int, default=0,
+                        help="number of samples to skip first (default: 0)")
+
+
+def parse_fields(values: list[str] | None) -> list[str] | None:
+    """Field specs from the command line (each may hold several, comma or space separated) → list.
+
+    None or an empty result means "all fields".
+    """
+    if not values:
+        return None
+    fields = [part for value in values for part in value.replace(",", " ").split()]
+    return fields or None
+
+
+def getfirst(sample: dict, spec: str) -> tuple[str, Any] | None:
+    """(extension, value) of the first alternative of `spec` ("jpg;png") present in `sample`, or None."""
+    for name in spec.split(";"):
+        name = name.strip().lower() if not name.startswith("__") else name.strip()
+        if name in sample:
+            return name, sample[name]
+    return None
+
+
+def select_fields(sample: dict, fields: list[str] | None) -> dict:
+    """The sample restricted to `fields` (with __key__ and __url__ kept); all of it when fields is None."""
+    if fields is None:
+        return dict(sample)
+    chosen = {k: sample[k] for k in ("__key__", "__url__") if k in sample}
+    for spec in fields:
+        found = getfirst(sample, spec)
+        if found is not None:
+            chosen[found[0]] = found[1]
+    return chosen
+
+
+def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = None) -> Iterator[dict]:
+    """Raw samples of `url` (dicts: __key__, __url__, extension → bytes), after `skip`, at most `count`."""
+    from tensorcom import shards
+
+    # every shard, whatever RANK / WORLD_SIZE or a DataLoader worker would say
+    stream = shards.samples(url, handler=handler, rank=0, world_size=1, worker=0, num_workers=1)
+    stop = None if count is None else skip + count
+    try:
+        yield from itertools.islice(stream, skip, stop)
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+def shard_list(url: str) -> list[str]:
+    """The shard URLs that `url` names, in order ("::" joins, brace expansion, `name-@000123.tar`)."""
+    from tensorcom.shards import expand_urls
+
+    return expand_urls(url)
+
+
+def decode(sample: dict, image: str) -> dict:
+    """The sample decoded by extension with images as `image` ("rgb8", ...); unchanged for "none"."""
+    if image == "none":
+        return sample
+    from tensorcom.shards import decode_sample
+
+    return decode_sample(sample, image=image)
+
+
+def raw_size(sample: dict) -> int:
+    """Bytes in the sample's fields (metadata keys like __key__ not counted)."""
+    return sum(len(v) for k, v in sample.items()
+               if not k.startswith("__") and isinstance(v, (bytes, bytearray, memoryview)))
+
+
+def writable(sample: dict) -> dict:
+    """The sample without reader metadata (__url__ and the like) that does not belong in an output shard."""
+    return {k: v for k, v in sample.items() if k not in SAMPLE_NOT_WRITTEN}
+
+
+def open_writer(pattern: str, maxcount: int | None = None, maxsize: int | None = None):
+    """A ShardWriter when `pattern` holds a % field (out-%06d.tar), otherwise one TarWriter."""
+    from tensorcom import shards
+
+    if "%" in pattern:
+        kwargs = {k: v for k, v in (("maxcount", maxcount), ("maxsize", maxsize)) if v is not None}
+        return shards.ShardWriter(pattern, **kwargs)
+    if maxcount is not None or maxsize is not None:
+        raise ValueError(f"--maxcount/--maxsize need a shard pattern with a %d field, got {pattern!r}")
+    return shards.TarWriter(pattern)
+
+
+def plain(value: Any) -> Any:
+    """A JSON-compatible stand-in for a decoded field value.
+
+    str/int/float/bool/None/list/dict pass; bytes become text when they are UTF-8, else "<N bytes>";
+    small numpy arrays become lists, larger ones "<array uint8 32x32x3>"; anything else its repr.
+    """
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _bytes_text(bytes(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        if getattr(value, "size", 0) <= _NUMPY_INLINE_LIMIT:
+            return value.tolist()
+        return f"<array {value.dtype} {'x'.join(map(str, value.shape))}>"
+    if hasattr(value, "size") and hasattr(value, "mode"):  # PIL image
+        return f"<image {value.mode} {value.size[0]}x{value.size[1]}>"
+    return repr(value)
+
+
+def _bytes_text(data: bytes) -> str:
+    """UTF-8 text of `data` when it is printable text, otherwise a "<N bytes>" placeholder."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(data)} bytes>"
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        return f"<{len(data)} bytes>"
+    return text
+
+
+def stdout_binary():
+    """The binary stream behind stdout."""
+    return sys.stdout.buffer

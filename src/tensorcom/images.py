@@ -1,0 +1,58 @@
+"""Image decoding and augmentation for training pipelines, and ImageFolder trees.
+
+    decode(data, mode="rgb8")                  bytes -> HWC uint8 ("l8": HW gray; "rgb": float32)
+    RandomResizedCrop(224)(data, rng)          bytes or array -> (224, 224, 3) uint8, crop-aware decode
+    hflip(image, rng, p=0.5)                   mirror left-right with probability p
+    resize(image, shorter_side)                antialiased bilinear resize of the shorter side
+    center_crop(image, size)                   central window
+    normalize(image, mean, std, dtype, layout) -> float32 / float16 (uint8 kept), HWC or CHW
+    train_transform(224, flip=True, ...)       fn(data, rng) -> image, for training
+    eval_transform(224, 256, ...)              fn(data, rng=None) -> image, for evaluation
+    ImageFolder(root), ImageFolder.from_list(file), image_folder_root(dir)
+    init_worker()                              in a loader worker process: enables torch's fast resize
+
+JPEGs decode through libjpeg-turbo (simplejpeg) at the smallest DCT scale that covers the crop;
+see imagecodec for what is and is not possible. Randomness comes only from the `rng` arguments.
+Undecodable bytes raise tensorcom.errors.SampleError.
+"""
+
+from __future__ import annotations
+
+from tensorcom.augment import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    EvalTransform,
+    RandomResizedCrop,
+    TrainTransform,
+    center_crop,
+    eval_transform,
+    hflip,
+    normalize,
+    resize,
+    train_transform,
+)
+from tensorcom.imagecodec import MODES, decode, image_size
+from tensorcom.imagefolder import IMG_EXTENSIONS, ImageFolder, image_folder_root
+from tensorcom.resample import BACKENDS, init_worker
+
+__all__ = [
+    "BACKENDS",
+    "EvalTransform",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "IMG_EXTENSIONS",
+    "ImageFolder",
+    "MODES",
+    "RandomResizedCrop",
+    "TrainTransform",
+    "center_crop",
+    "decode",
+    "eval_transform",
+    "hflip",
+    "image_folder_root",
+    "image_size",
+    "init_worker",
+    "normalize",
+    "resize",
+    "train_transform",
+]

@@ -1,0 +1,108 @@
+"""Shard lists: URL specs → lists of shard URLs; shuffling, splitting across nodes and workers, resampling.
+
+Spec grammar (strings): `A::B` joins specs; each part is brace-expanded (`train-{000000..000146}.tar`)
+or uses the count shorthand `train-@000147.tar` (147 shards numbered from 0 with 6 digits). Lists and
+tuples of specs are expanded element by element. Order: shuffle (same on every node: seed + epoch),
+then node split (rank::world_size), then worker split (worker::num_workers), so every shard of an epoch
+goes to exactly one (node, worker).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import sys
+from typing import Any, Iterator, Sequence
+
+import braceexpand
+
+from tensorcom import settings
+
+_COUNT = re.compile(r"^(.*)@(\d+)([^/@]*)$")
+
+
+def _expand_one(spec: str) -> list[str]:
+    match = _COUNT.match(spec)
+    if match and not spec.startswith("pipe:") and "{" not in spec:
+        head, digits, tail = match.groups()
+        return [f"{head}{i:0{len(digits)}d}{tail}" for i in range(int(digits))]
+    return list(braceexpand.braceexpand(spec))
+
+
+def expand_urls(spec: str | os.PathLike | Sequence[Any]) -> list[str]:
+    """The list of shard URLs that `spec` names (see the module docstring); ValueError if none."""
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if isinstance(spec, str):
+        urls = [url for part in spec.split("::") if part for url in _expand_one(part)]
+    elif isinstance(spec, (list, tuple)):
+        urls = [url for item in spec for url in expand_urls(item)]
+    else:
+        raise TypeError(f"shard URLs must be a str, path or list of them, not {type(spec).__name__}")
+    if not urls:
+        raise ValueError(f"no shard URLs in {spec!r}")
+    return urls
+
+
+def epoch_rng(seed: int, epoch: int, *salt: int) -> random.Random:
+    """A Random seeded from (seed, epoch, *salt): the same arguments always give the same stream."""
+    return random.Random(":".join(str(int(x)) for x in (seed, epoch, *salt)))
+
+
+def shuffle_shards(urls: Sequence[str], seed: int, epoch: int) -> list[str]:
+    """`urls` in an order that depends only on (seed, epoch)."""
+    result = list(urls)
+    epoch_rng(seed, epoch).shuffle(result)
+    return result
+
+
+def node_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size) from the arguments, else from settings.rank_and_world_size()."""
+    if rank is None and world_size is None:
+        return settings.rank_and_world_size()
+    if rank is None or world_size is None:
+        raise ValueError(f"give both rank and world_size, or neither (got {rank!r}, {world_size!r})")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not a node of a world of size {world_size}")
+    return int(rank), int(world_size)
+
+
+def worker_and_count(worker: int | None, num_workers: int | None) -> tuple[int, int]:
+    """(worker, num_workers) from the arguments, else from a running torch DataLoader worker (only
+    when torch is already imported), else (0, 1)."""
+    if worker is None and num_workers is None:
+        torch_data = sys.modules.get("torch.utils.data")
+        info = torch_data.get_worker_info() if torch_data is not None else None
+        return (info.id, info.num_workers) if info is not None else (0, 1)
+    if worker is None or num_workers is None:
+        raise ValueError(f"give both worker and num_workers, or neither (got {worker!r}, {num_workers!r})")
+    if num_workers < 1 or not 0 <= worker < num_workers:
+        raise ValueError(f"worker {worker} is not one of {num_workers} workers")
+    return int(worker), int(num_workers)
+
+
+def split_shards(urls: Sequence[str], rank: int, world_size: int, worker: int = 0,
+                 num_workers: int = 1) -> list[str]:
+    """The shards of node `rank` and, within it, of `worker`: every shard goes to exactly one pair."""
+    return list(urls)[rank::world_size][worker::num_workers]
+
+
+def epoch_shards(urls: Sequence[str], *, shuffle: bool, seed: int, epoch: int, rank: int,
+                 world_size: int, worker: int, num_workers: int) -> list[str]:
+    """This (node, worker)'s shards for `epoch`, shuffled first when `shuffle`."""
+    ordered = shuffle_shards(urls, seed, epoch) if shuffle else list(urls)
+    return split_shards(ordered, rank, world_size, worker, num_workers)
+
+
+def resampled_shards(urls: Sequence[str], *, seed: int, epoch: int, rank: int, worker: int,
+                     count: int | None = None) -> Iterator[str]:
+    """Shards drawn at random with replacement, `count` of them (None = forever); the stream depends
+    on (seed, epoch, rank, worker) so nodes and workers draw different shards."""
+    if not urls:
+        raise ValueError("cannot resample an empty shard list")
+    rng = epoch_rng(seed, epoch, rank, worker)
+    drawn = 0
+    while count is None or drawn < count:
+        yield rng.choice(urls)
+        drawn += 1

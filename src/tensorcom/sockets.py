@@ -1,0 +1,90 @@
+"""ZeroMQ plumbing for the transport layer: one shared context, socket setup from an `Endpoint`, and
+the boundary where zmq errors become `errors.TransportError` naming the URL.
+
+The context is shared by every open socket in the process (so `inproc://` works between two
+Connections) and reference-counted: it is terminated, and its I/O thread ends, when the last socket
+made here is closed. A forked child gets a fresh context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Iterator
+
+import zmq
+
+from tensorcom.errors import RecvTimeout, TransportError
+from tensorcom.urls import Endpoint
+
+_lock = threading.Lock()
+_context: zmq.Context | None = None
+_pid = 0
+_users = 0
+
+
+def acquire_context() -> zmq.Context:
+    """The process's shared context (created on first use); pair every call with `release_context`."""
+    global _context, _pid, _users
+    with _lock:
+        if _context is None or _pid != os.getpid():
+            _context, _pid, _users = zmq.Context(), os.getpid(), 0
+        _users += 1
+        return _context
+
+
+def release_context() -> None:
+    """Drop one user of the shared context; terminates it when none is left."""
+    global _context, _users
+    with _lock:
+        if _context is None or _pid != os.getpid():
+            return
+        _users -= 1
+        if _users <= 0:
+            _context.term()
+            _context, _users = None, 0
+
+
+def make_socket(context: zmq.Context, socket_type: str, *, sndhwm: int, rcvhwm: int,
+                timeout: float | None, max_message_size: int | None) -> zmq.Socket:
+    """A new socket of ZeroMQ type `socket_type` ("PUSH", ...) with linger 0, the given high-water
+    marks, send/receive timeouts (seconds; None waits forever) and per-frame size limit."""
+    sock = context.socket(getattr(zmq, socket_type))
+    sock.linger = 0
+    sock.sndhwm = sndhwm
+    sock.rcvhwm = rcvhwm
+    millis = -1 if timeout is None else max(0, int(timeout * 1000))
+    sock.rcvtimeo = millis
+    sock.sndtimeo = millis
+    if max_message_size is not None and max_message_size < (1 << 63):
+        sock.setsockopt(zmq.MAXMSGSIZE, max_message_size)
+    return sock
+
+
+def attach(sock: zmq.Socket, endpoint: Endpoint) -> str:
+    """Bind or connect `sock` as `endpoint` says and subscribe SUB sockets; returns the address
+    actually used (with the real port when the URL asked for port `*`)."""
+    with translated(endpoint.url, action="bind" if endpoint.bind else "connect"):
+        if endpoint.bind:
+            sock.bind(endpoint.zmq_address)
+            address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        else:
+            sock.connect(endpoint.zmq_address)
+            address = endpoint.zmq_address
+        if endpoint.socket_type == "SUB":
+            sock.setsockopt_string(zmq.SUBSCRIBE, endpoint.topic)
+    return address
+
+
+@contextlib.contextmanager
+def translated(url: str, timeout: float | None = None, action: str = "receive") -> Iterator[None]:
+    """Turn zmq errors raised inside the block into TransportError / RecvTimeout naming `url`."""
+    try:
+        yield
+    except zmq.Again:
+        if action == "receive":
+            raise RecvTimeout(f"nothing received within {timeout} s", url) from None
+        raise TransportError(f"could not {action} within {timeout} s (no peer ready?)", url) from None
+    except zmq.ZMQError as exc:
+        raise TransportError(f"{action} failed: {exc.strerror or exc}", url) from exc

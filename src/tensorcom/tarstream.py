@@ -1,0 +1,306 @@
+"""Tar shards → members → samples, as three small chained generators, with our own header parser.
+
+    open_shard(url)              a buffered binary stream (1 MiB reads), transparently gunzipped
+    tar_members(stream, url)     (name, bytes) for each regular file; pax / GNU long names resolved,
+                                 `__meta__` members skipped; headers checked (checksum, sizes, truncation)
+    group_samples(members, url)  dicts {"__key__", "__url__", ext: bytes}: consecutive members with one key
+    shard_samples(url)           all three, with the bad-data policy applied per shard and per sample
+
+No tarfile objects per member: each member costs one 512-byte header read, one data read (a single copy
+out of the 1 MiB buffer) and one padding read. Errors are TarFormatError / OpenError / SampleError
+naming the shard URL and the member.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zlib
+from zlib import adler32
+from typing import IO, Any, Iterator
+
+from tensorcom.errors import OpenError, SampleError, ShardError, TarFormatError
+from tensorcom.gopen import DEFAULT_BUFSIZE, gopen
+from tensorcom.handlers import Handler, SkipCounts, handle
+
+BLOCK = 512
+_META = re.compile(r"__[^/]*__($|/)")
+_REGULAR = (0, ord("0"), ord("7"))
+_POSIX_MAGIC = b"ustar\x0000"
+
+
+class Gunzip(io.RawIOBase):
+    """Raw stream of the decompressed bytes of a gzip stream (several gzip members allowed).
+
+    Corrupt or truncated gzip data raises TarFormatError naming `url`.
+    """
+
+    def __init__(self, source: IO[bytes], url: str, bufsize: int = DEFAULT_BUFSIZE):
+        super().__init__()
+        self.source, self.url, self.bufsize = source, url, bufsize
+        self.inflater = zlib.decompressobj(wbits=31)
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.source.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            if self.inflater.unconsumed_tail:
+                data = self.inflater.unconsumed_tail
+            else:
+                data = self.source.read(self.bufsize)
+                if not data:
+                    if not self.inflater.eof:
+                        raise TarFormatError("truncated gzip stream", url=self.url)
+                    return 0
+            self._inflate(data, len(buffer))
+        count = min(len(buffer), len(self.pending))
+        buffer[:count] = self.pending[:count]
+        self.pending = self.pending[count:]
+        return count
+
+    def _inflate(self, data: bytes, limit: int) -> None:
+        if self.inflater.eof:  # a new gzip member follows the last one (or trailing zero padding)
+            if not data.strip(b"\0"):
+                return
+            self.inflater = zlib.decompressobj(wbits=31)
+        try:
+            self.pending = self.inflater.decompress(data, max(limit, self.bufsize))
+        except zlib.error as exn:
+            raise TarFormatError(f"corrupt gzip data: {exn}", url=self.url) from exn
+        if self.inflater.eof and self.inflater.unused_data:
+            rest = self.inflater.unused_data
+            self.inflater = zlib.decompressobj(wbits=31) if rest.strip(b"\0") else self.inflater
+            if rest.strip(b"\0"):
+                self.pending += self.inflater.decompress(rest, self.bufsize)
+
+
+class _RawAdapter(io.RawIOBase):
+    """A readinto() view of any object with read(n), so io.BufferedReader can buffer it."""
+
+    def __init__(self, source: IO[bytes]):
+        super().__init__()
+        self.source = source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.source.close()
+        super().close()
+
+
+def buffered(stream: IO[bytes], url: str, bufsize: int = DEFAULT_BUFSIZE) -> io.BufferedReader:
+    """`stream` as an io.BufferedReader with large reads, gunzipped when it starts with gzip magic."""
+    if not isinstance(stream, io.BufferedReader):
+        stream = io.BufferedReader(_RawAdapter(stream), bufsize)
+    try:
+        magic = stream.peek(2)[:2]
+    except ShardError:
+        raise
+    except Exception as exn:
+        raise OpenError(f"read failed: {exn}", url=url) from exn
+    if magic == b"\x1f\x8b":
+        stream = io.BufferedReader(Gunzip(stream, url, bufsize), bufsize)
+    return stream
+
+
+def open_shard(url: str, bufsize: int = DEFAULT_BUFSIZE, **open_options: Any) -> io.BufferedReader:
+    """Open a shard URL (any gopen scheme) for member parsing; see `buffered`."""
+    return buffered(gopen(url, "rb", bufsize=bufsize, **open_options), url, bufsize)
+
+
+def _octal(field: bytes, url: str, what: str, member: str | None) -> int:
+    if field[0] & 0x80:  # GNU base-256 for large values
+        return int.from_bytes(field[1:], "big")
+    try:
+        return int(field.replace(b"\0", b" ").strip() or b"0", 8)
+    except ValueError:
+        raise TarFormatError(f"bad {what} field {field!r} in tar header", url=url, member=member) from None
+
+
+def _byte_sum(header: bytes) -> int:
+    """Sum of the header's bytes with the checksum field counted as spaces, from zlib.adler32's low
+    half (1 + sum mod 65521) over pieces short enough (<= 256 bytes) that no modulo is taken.
+
+    _members' fast path checks the same sum modulo 65521 with one adler32 over the whole header: a
+    corruption passes it only if it shifts the byte sum by a multiple of 65521 (over 256 bytes changed).
+    """
+    return ((adler32(header[:148]) & 0xFFFF) + (adler32(header[156:400]) & 0xFFFF)
+            + (adler32(header[400:]) & 0xFFFF) - 3 + 8 * 32)
+
+
+def _check_header(header: bytes, url: str, previous: str | None) -> None:
+    stored = _octal(header[148:156], url, "checksum", previous)
+    if stored != _byte_sum(header):
+        signed = sum(b - 256 if b > 127 else b for b in header) - sum(header[148:156]) + 256
+        if stored != signed:
+            where = f"header after {previous!r}" if previous else "first header"
+            raise TarFormatError(f"bad tar header checksum ({where})", url=url, member=previous)
+
+
+def _header_name(header: bytes) -> str:
+    name = header[:100].split(b"\0", 1)[0]
+    if header[257:265] == _POSIX_MAGIC and header[345]:
+        name = header[345:500].split(b"\0", 1)[0] + b"/" + name
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _pax_records(data: bytes, url: str, member: str | None) -> dict[str, str]:
+    records, pos = {}, 0
+    while pos < len(data) and data[pos] != 0:
+        space = data.find(b" ", pos)
+        try:
+            length = int(data[pos:space])
+        except ValueError:
+            raise TarFormatError("malformed pax header", url=url, member=member) from None
+        key, _, value = data[space + 1: pos + length - 1].partition(b"=")
+        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return records
+
+
+def tar_members(stream: IO[bytes], url: str) -> Iterator[tuple[str, bytes]]:
+    """Yield (member name, contents) for every regular file of the tar `stream`, in archive order.
+
+    Skips directories, links, special files and `__meta__` members. Raises TarFormatError for a bad
+    checksum, a truncated header or member, and OpenError when reading the stream fails.
+    """
+    try:
+        yield from _members(stream, url)
+    except ShardError:
+        raise
+    except (OSError, EOFError) as exn:
+        raise OpenError(f"read failed: {exn}", url=url) from exn
+
+
+def _special(kind: int, data: bytes, override: dict[str, str] | None, url: str,
+             name: str) -> dict[str, str] | None:
+    """The name/size overrides for the next member after a non-regular member of type `kind`."""
+    if kind == 76:  # 'L': GNU long name of the next member
+        return dict(override or {}, path=data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape"))
+    if kind == 120:  # 'x': pax extended header for the next member
+        return dict(override or {}, **_pax_records(data, url, name))
+    if kind in (75, 103):  # 'K' (GNU long link name) and 'g' (pax global header) change nothing
+        return override
+    return None
+
+
+def _members(stream: IO[bytes], url: str) -> Iterator[tuple[str, bytes]]:
+    read = stream.read
+    previous: str | None = None
+    override: dict[str, str] | None = None  # from pax / GNU long-name headers, for the next member
+    header = read(BLOCK)
+    while True:
+        if len(header) < BLOCK:
+            if header:
+                raise TarFormatError("truncated tar header", url=url, member=previous)
+            return  # end of data on a block boundary: accepted, like tarfile
+        if not header[0] and not header.strip(b"\0"):
+            return  # end-of-archive marker
+        try:  # fast path: the usual checksum field (six octal digits, then NUL or space); see _byte_sum
+            valid = header[154] in (0, 32) and (
+                int(header[148:154], 8) + (adler32(header[148:156]) & 0xFFFF) - 256) % 65521 == (
+                adler32(header) & 0xFFFF)
+        except ValueError:
+            valid = False
+        if not valid:
+            _check_header(header, url, previous)
+        try:
+            size = int(header[124:135], 8)
+        except ValueError:
+            size = _octal(header[124:136], url, "size", previous)
+        end = header.find(b"\0", 0, 100)
+        raw = header[:end] if end >= 0 else header[:100]
+        if header[345] and header[257:265] == _POSIX_MAGIC:
+            raw = header[345:500].split(b"\0", 1)[0] + b"/" + raw
+        name = raw.decode("utf-8", "surrogateescape")
+        if override:
+            name, size = override.get("path", name), int(override.get("size", size))
+        kind, pad = header[156], -size % BLOCK
+        data = read(size)
+        if len(data) != size:
+            raise TarFormatError(f"truncated member: {len(data)} of {size} bytes", url=url, member=name)
+        header = read(pad + BLOCK)  # the padding, then the next header
+        if pad:
+            if len(header) < pad:
+                raise TarFormatError("truncated member padding", url=url, member=name)
+            header = header[pad:]
+        previous = name
+        if kind in _REGULAR:
+            override = None
+            if name[:2] != "__" or not _META.match(name):
+                yield name, data
+        else:
+            override = _special(kind, data, override, url, name)
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member name: key up to the first dot of the basename, extension the rest
+    lower-cased; None for names with no dot or an empty basename before it ("a/.hidden")."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot <= slash + 1:
+        return None
+    return name[:dot], name[dot + 1:].lower()
+
+
+def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handler | None = None,
+                  counts: SkipCounts | None = None) -> Iterator[dict[str, Any]]:
+    """Group consecutive members with the same key into samples {"__key__", "__url__", ext: bytes}.
+
+    A repeated extension within a sample is a SampleError; under a continuing `handler` the whole
+    sample is dropped and counted. Names without an extension are ignored.
+    """
+    current: dict[str, Any] | None = None
+    bad = False
+    for name, data in members:
+        slash = name.rfind("/")
+        dot = name.find(".", slash + 1)
+        if dot <= slash + 1:
+            continue
+        key, ext = name[:dot], name[dot + 1:].lower()
+        if current is None or key != current["__key__"]:
+            if current is not None and not bad:
+                yield current
+            current, bad = {"__key__": key, "__url__": url}, False
+        elif ext in current:
+            if not bad:
+                error = SampleError(f"extension {ext!r} repeated in sample {key!r}", url=url, member=name)
+                handle(error, handler, counts, "samples")
+                bad = True
+            continue
+        current[ext] = data
+    if current is not None and not bad:
+        yield current
+
+
+def shard_samples(url: str, handler: Handler | None = None, counts: SkipCounts | None = None,
+                  bufsize: int = DEFAULT_BUFSIZE, **open_options: Any) -> Iterator[dict[str, Any]]:
+    """Samples of one shard: open → members → samples. A shard that cannot be opened or is malformed
+    raises (default) or, under a continuing `handler`, ends the shard there and counts it as skipped
+    (samples already yielded stay yielded; the incomplete sample at the error is dropped)."""
+    try:
+        stream = open_shard(url, bufsize=bufsize, **open_options)
+    except ShardError as exn:
+        handle(exn, handler, counts, "shards")
+        return
+    try:
+        yield from group_samples(tar_members(stream, url), url, handler, counts)
+    except (TarFormatError, OpenError) as exn:
+        handle(exn, handler, counts, "shards")
+    finally:
+        try:
+            stream.close()
+        except ShardError as exn:
+            handle(exn, handler, counts, "shards")

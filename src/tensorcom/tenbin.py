@@ -1,0 +1,405 @@
+"""tenbin: numpy arrays ⇄ chunks ⇄ one buffer ⇄ streams and `.ten` files (tensorcom 0.1 format).
+
+Byte-compatible with tensorcom 0.1; the layout is specified in docs/protocol.md. In short:
+
+- an array is two chunks, a header (little-endian int64s `[dtype, info, rank, dim_0, ...]`, where
+  `dtype` and `info` are ASCII strings NUL-padded to 8 bytes) and its raw C-order data;
+- the single-buffer form (single-part messages, `.ten` files) frames each chunk as `~TenBin~`, an
+  int64 length, and the payload zero-padded to a multiple of 64 bytes.
+
+Encoding never copies C-contiguous arrays (the data chunk is a memoryview of the array); decoding
+never copies at all (arrays are views of the chunks, read-only when the chunks are). Malformed input
+raises `tensorcom.errors.DecodeError` naming the chunk index. Pure: no sockets; the `z*` functions
+only duck-type a pyzmq socket.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap as _mmap
+import os
+import struct
+import sys
+from typing import Any, BinaryIO, Iterable, Sequence
+
+import numpy as np
+
+from .errors import DecodeError, EncodeError
+
+MAGIC = b"~TenBin~"
+ALIGN = 64
+MAX_RANK = 9  # tensorcom 0.1 asserts rank < 10 when encoding
+MAX_INFO = 8
+# Codes are numpy's type strings without the byte-order character. 0.1 knew the first eleven
+# (its own table misspelled uint32, so it could not send u4); b1, c8 and c16 are new in 0.2.
+DTYPE_CODES: dict[str, str] = {
+    "float16": "f2", "float32": "f4", "float64": "f8",
+    "int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8",
+    "uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8",
+    "bool": "b1", "complex64": "c8", "complex128": "c16",
+}
+_ENCODE: dict[str, bytes] = {np.dtype(name).str[1:]: code.encode() for name, code in DTYPE_CODES.items()}
+_DECODE: dict[bytes, np.dtype] = {
+    code.encode().ljust(8, b"\0"): np.dtype(name).newbyteorder("<") for name, code in DTYPE_CODES.items()
+}
+_HEAD = struct.Struct("<8s8sq")
+_DIMS = [struct.Struct(f"<{rank}q") for rank in range(MAX_RANK + 1)]
+_LENGTH = struct.Struct("<q")
+_ZEROS = bytes(ALIGN)
+_NUL = b"\0"
+_READ_BLOCK = 1 << 20  # unseekable streams are read in pieces this size (a lying length allocates little)
+
+
+def roundup(n: int, k: int = ALIGN) -> int:
+    """Smallest multiple of k that is >= n."""
+    return k * ((n + k - 1) // k)
+
+
+def decode_error(message: str, index: int | None, unit: str = "chunk") -> DecodeError:
+    """A DecodeError whose text names the index as `(unit index)`."""
+    return DecodeError(message, index, unit)
+
+
+def byte_view(obj: Any, index: int | None = None, unit: str = "chunk") -> memoryview:
+    """A flat unsigned-byte memoryview of a buffer-like (bytes, memoryview, ndarray, zmq.Frame)."""
+    try:
+        view = obj if type(obj) is memoryview else memoryview(obj)
+    except TypeError:
+        buffer = getattr(obj, "buffer", None)  # zmq.Frame without the buffer protocol
+        if buffer is None:
+            raise decode_error(f"a {type(obj).__name__} is not a buffer", index, unit) from None
+        view = memoryview(buffer)
+    if not view.c_contiguous:
+        raise decode_error("buffer is not C-contiguous", index, unit)
+    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
+# ---------------------------------------------------------------- arrays ⇄ chunks
+
+
+def _as_encodable(a: Any, index: int) -> np.ndarray:
+    """`a` as a little-endian, C-contiguous ndarray of a tenbin dtype (copying only when needed)."""
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a)
+    key = a.dtype.str[1:]
+    if key not in _ENCODE:
+        raise EncodeError(f"array {index}: dtype {a.dtype} has no tenbin code (codes: {sorted(_ENCODE)})")
+    if a.ndim > MAX_RANK:
+        raise EncodeError(f"array {index}: rank {a.ndim} > {MAX_RANK} (shape {a.shape}) is not allowed by tenbin")
+    if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder != "little"):
+        a = a.astype(a.dtype.newbyteorder("<"))
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a
+
+
+def _info_bytes(info: Any, index: int) -> bytes:
+    """The 8-byte field for a per-array info label: ASCII, at most 8 characters, no NUL."""
+    if not isinstance(info, str):
+        raise TypeError(f"array {index}: info must be a str, not {info!r}")
+    if len(info) > MAX_INFO or not info.isascii() or "\0" in info:
+        raise ValueError(f"array {index}: info {info!r} must be at most {MAX_INFO} ASCII characters, no NUL")
+    return info.encode("ascii")
+
+
+def encode_header(a: np.ndarray, info: str = "", index: int = 0) -> bytes:
+    """The header chunk of an (already encodable) array: `[dtype, info, rank, dims...]` as int64s."""
+    head = _HEAD.pack(_ENCODE[a.dtype.str[1:]], _info_bytes(info, index), a.ndim)
+    return head + _DIMS[a.ndim].pack(*a.shape)
+
+
+def _data_view(a: np.ndarray) -> memoryview:
+    """A flat byte memoryview of a C-contiguous array's data (no copy)."""
+    if a.size == 0:
+        return memoryview(b"")
+    return memoryview(a).cast("B")
+
+
+def encode_list(arrays: Iterable[Any], infos: Sequence[str] | None = None) -> list:
+    """Arrays -> `[header_0, data_0, header_1, data_1, ...]`.
+
+    Headers are bytes; each data chunk is a flat memoryview of the array itself (a copy is made only
+    for non-C-contiguous or big-endian input). `infos`, if given, has one label per array.
+    """
+    arrays = list(arrays)
+    if infos is not None and (isinstance(infos, (str, bytes)) or len(infos) != len(arrays)):
+        raise ValueError(f"infos must have one label per array ({len(arrays)}), got {infos!r}")
+    chunks: list = []
+    for index, a in enumerate(arrays):
+        a = _as_encodable(a, index)
+        chunks.append(encode_header(a, "" if infos is None else infos[index], index))
+        chunks.append(_data_view(a))
+    return chunks
+
+
+def _decode_header(view: memoryview, index: int, unit: str) -> tuple[np.dtype, str, tuple]:
+    """(dtype, info, shape) from a header chunk; DecodeError for anything malformed."""
+    size = view.nbytes
+    if size < _HEAD.size or size % 8:
+        raise decode_error(f"header of {size} bytes is not 3 + rank int64s", index, unit)
+    code, info, rank = _HEAD.unpack_from(view)
+    dtype = _DECODE.get(code)
+    if dtype is None:
+        raise decode_error(f"unknown dtype code {code.rstrip(_NUL)!r}", index, unit)
+    if not 0 <= rank <= MAX_RANK:
+        raise decode_error(f"rank {rank} outside 0..{MAX_RANK}", index, unit)
+    if size != _HEAD.size + 8 * rank:
+        raise decode_error(f"header of {size} bytes does not match rank {rank}", index, unit)
+    shape = _DIMS[rank].unpack_from(view, _HEAD.size)
+    if min(shape, default=0) < 0:
+        raise decode_error(f"negative dimension in shape {shape}", index, unit)
+    try:
+        label = info.rstrip(_NUL).decode("ascii")
+    except UnicodeDecodeError:
+        raise decode_error(f"info {info!r} is not ASCII", index, unit) from None
+    return dtype, label, shape
+
+
+def decode_array(header: Any, data: Any, index: int = 0, unit: str = "chunk") -> tuple[np.ndarray, str]:
+    """(array, info) from one header/data pair; the array is a view of `data`.
+
+    `index` is the position of the header (the data chunk is index + 1), used in error messages.
+    """
+    dtype, info, shape = _decode_header(byte_view(header, index, unit), index, unit)
+    view = byte_view(data, index + 1, unit)
+    expected = math.prod(shape) * dtype.itemsize
+    if view.nbytes != expected:
+        raise decode_error(f"data of {view.nbytes} bytes, but {dtype} {shape} needs {expected}", index + 1, unit)
+    try:
+        array = np.frombuffer(view, dtype=dtype).reshape(shape)
+    except ValueError as exc:
+        raise decode_error(f"cannot view data as {dtype} {shape}: {exc}", index + 1, unit) from None
+    return array, info
+
+
+def decode_arrays(chunks: Sequence[Any], first: int = 0, unit: str = "chunk") -> tuple[list, list]:
+    """(arrays, infos) from header/data chunk pairs; errors name `first + position` as the index."""
+    if len(chunks) % 2:
+        raise decode_error(f"odd number of {unit}s ({len(chunks)}): headers and data must pair up",
+                           first + len(chunks) - 1, unit)
+    arrays, infos = [], []
+    for position in range(0, len(chunks), 2):
+        array, info = decode_array(chunks[position], chunks[position + 1], first + position, unit)
+        arrays.append(array)
+        infos.append(info)
+    return arrays, infos
+
+
+def _check_infos(arrays: list, infos: list, wanted: Any) -> Any:
+    """0.1's `infos` argument: False/None -> arrays, True -> (arrays, infos), a list -> verified arrays."""
+    if wanted is None or wanted is False:
+        return arrays
+    if wanted is True:
+        return arrays, infos
+    if not isinstance(wanted, (list, tuple)):
+        raise TypeError(f"infos must be a bool or a list of expected labels, not {wanted!r}")
+    for index, (expected, actual) in enumerate(zip(wanted, infos)):
+        if expected != actual:
+            raise decode_error(f"info {actual!r} where {expected!r} was required", 2 * index)
+    return arrays
+
+
+def decode_list(chunks: Sequence[Any], infos: Any = False) -> Any:
+    """`[header, data, ...]` -> list of arrays viewing the data chunks (no copy).
+
+    infos=True returns `(arrays, infos)`; a list of labels checks them (0.1 behaviour).
+    """
+    arrays, labels = decode_arrays(list(chunks))
+    return _check_infos(arrays, labels, infos)
+
+
+# ---------------------------------------------------------------- chunks ⇄ one buffer
+
+
+def encode_chunks(chunks: Iterable[Any]) -> bytearray:
+    """Chunks -> one buffer: per chunk `~TenBin~`, int64 length, payload zero-padded to 64 bytes."""
+    views = [byte_view(chunk, index) for index, chunk in enumerate(chunks)]
+    result = bytearray(sum(16 + roundup(view.nbytes) for view in views))
+    target = memoryview(result)
+    offset = 0
+    for view in views:
+        target[offset:offset + 8] = MAGIC
+        _LENGTH.pack_into(result, offset + 8, view.nbytes)
+        target[offset + 16:offset + 16 + view.nbytes] = view
+        offset += 16 + roundup(view.nbytes)
+    return result
+
+
+def decode_chunks(buf: Any) -> list[memoryview]:
+    """One buffer -> list of memoryviews of its chunk payloads (no copy)."""
+    view = byte_view(buf)
+    total = view.nbytes
+    chunks: list[memoryview] = []
+    offset = 0
+    while offset < total:
+        index = len(chunks)
+        if total - offset < 16:
+            raise decode_error(f"truncated chunk prefix at byte {offset}", index)
+        if view[offset:offset + 8] != MAGIC:
+            raise decode_error(f"wrong magic {bytes(view[offset:offset + 8])!r} at byte {offset}", index)
+        (length,) = _LENGTH.unpack_from(view, offset + 8)
+        if length < 0 or roundup(length) > total - offset - 16:
+            raise decode_error(f"length {length} at byte {offset} runs past the end ({total} bytes)", index)
+        chunks.append(view[offset + 16:offset + 16 + length])
+        offset += 16 + roundup(length)
+    return chunks
+
+
+def encode_buffer(arrays: Iterable[Any], infos: Sequence[str] | None = None) -> bytearray:
+    """Arrays -> the single-buffer form (one copy of the data)."""
+    return encode_chunks(encode_list(arrays, infos=infos))
+
+
+def decode_buffer(buf: Any, infos: Any = False) -> Any:
+    """The single-buffer form -> list of arrays viewing `buf` (no copy); `infos` as in decode_list."""
+    return decode_list(decode_chunks(buf), infos=infos)
+
+
+# ---------------------------------------------------------------- streams and files
+
+
+def write_chunk(stream: BinaryIO, chunk: Any) -> None:
+    """Write one framed chunk (magic, length, payload, padding) to a binary stream."""
+    view = byte_view(chunk)
+    stream.write(MAGIC + _LENGTH.pack(view.nbytes))
+    stream.write(view)
+    stream.write(_ZEROS[:roundup(view.nbytes) - view.nbytes])
+
+
+def _remaining(stream: BinaryIO) -> int | None:
+    """Bytes left in a seekable stream, None when the stream cannot tell."""
+    try:
+        if not stream.seekable():
+            return None
+        here = stream.tell()
+        end = stream.seek(0, os.SEEK_END)
+        stream.seek(here)
+        return end - here
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _read_exact(stream: BinaryIO, size: int, index: int, what: str) -> bytes | bytearray:
+    """Exactly `size` bytes (fewer only at end of stream; b"" at a clean EOF).
+
+    Large reads from seekable streams go into one buffer after checking the stream is long enough;
+    others proceed in `_READ_BLOCK` pieces, so a lying length never allocates much more than exists.
+    """
+    left = _remaining(stream) if size > _READ_BLOCK else None
+    if left is not None and hasattr(stream, "readinto"):
+        if left < size:
+            raise decode_error(f"stream ends inside {what}: {left} of {size} bytes", index)
+        data = bytearray(size)
+        view, got = memoryview(data), 0
+        while got < size:
+            count = stream.readinto(view[got:])
+            if not count:
+                raise decode_error(f"stream ends inside {what}: {got} of {size} bytes", index)
+            got += count
+        return data
+    data = stream.read(min(size, _READ_BLOCK))
+    if len(data) == size or not data:
+        return data
+    data = bytearray(data)
+    while len(data) < size:
+        piece = stream.read(min(size - len(data), _READ_BLOCK))
+        if not piece:
+            break
+        data += piece
+    return data
+
+
+def read_chunk(stream: BinaryIO, index: int = 0) -> bytes | bytearray | None:
+    """Read one framed chunk; None at a clean end of stream."""
+    prefix = _read_exact(stream, 16, index, "a chunk prefix")
+    if not prefix:
+        return None
+    if len(prefix) < 16:
+        raise decode_error("stream ends inside a chunk prefix", index)
+    if prefix[:8] != MAGIC:
+        raise decode_error(f"wrong magic {bytes(prefix[:8])!r}", index)
+    (length,) = _LENGTH.unpack_from(prefix, 8)
+    if length < 0:
+        raise decode_error(f"negative chunk length {length}", index)
+    data = _read_exact(stream, length, index, "a chunk") if length else b""
+    if len(data) != length:
+        raise decode_error(f"stream ends inside a chunk: {len(data)} of {length} bytes", index)
+    padding = roundup(length) - length
+    if padding and len(_read_exact(stream, padding, index, "padding")) != padding:
+        raise decode_error("stream ends inside chunk padding", index)
+    return data
+
+
+def write(stream: BinaryIO, arrays: Iterable[Any], infos: Sequence[str] | None = None) -> None:
+    """Write arrays to a binary stream in the single-buffer form."""
+    for chunk in encode_list(arrays, infos=infos):
+        write_chunk(stream, chunk)
+
+
+def read(stream: BinaryIO, n: int = sys.maxsize, infos: Any = False) -> Any:
+    """Read up to `n` arrays (fewer at end of stream) written by `write`; `infos` as in decode_list."""
+    chunks: list = []
+    while len(chunks) < 2 * n:
+        header = read_chunk(stream, len(chunks))
+        if header is None:
+            break
+        data = read_chunk(stream, len(chunks) + 1)
+        if data is None:
+            raise decode_error("stream ends after a header, before its data", len(chunks) + 1)
+        chunks += [header, data]
+    return decode_list(chunks, infos=infos)
+
+
+def save(path: str | os.PathLike, *arrays: Any, infos: Sequence[str] | None = None, nocheck: bool = True) -> None:
+    """Write arrays to a `.ten` file (0.1's `nocheck` is accepted; the suffix is not enforced)."""
+    with open(path, "wb") as stream:
+        write(stream, arrays, infos=infos)
+
+
+def load(path: str | os.PathLike, infos: Any = False, mmap: bool = False, nocheck: bool = True) -> Any:
+    """Read every array of a `.ten` file.
+
+    mmap=False reads the file into one writable buffer; mmap=True maps it and returns read-only
+    views of the mapping (the mapping lives as long as any returned array).
+    """
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if mmap and size:
+            buf: Any = memoryview(_mmap.mmap(stream.fileno(), 0, access=_mmap.ACCESS_READ))
+        else:
+            buf = bytearray(size)
+            got = stream.readinto(buf)
+            if got != size:
+                raise decode_error(f"{path}: read {got} of {size} bytes", None)
+    return decode_buffer(buf, infos=infos)
+
+
+
+# ---------------------------------------------------------------- pyzmq sockets (duck-typed)
+
+
+def _frame_buffer(frame: Any) -> Any:
+    """The zero-copy buffer of a pyzmq Frame (or the object itself when it is already a buffer)."""
+    return getattr(frame, "buffer", frame)
+
+
+def zsend_multipart(socket: Any, arrays: Iterable[Any], infos: Sequence[str] | None = None) -> Any:
+    """Send arrays as one multipart message, without copying the data in Python."""
+    return socket.send_multipart(encode_list(arrays, infos=infos), copy=False)
+
+
+def zrecv_multipart(socket: Any, infos: Any = False) -> Any:
+    """Receive a multipart message; the arrays are views of the received frames."""
+    frames = socket.recv_multipart(copy=False)
+    return decode_list([_frame_buffer(frame) for frame in frames], infos=infos)
+
+
+def zsend_single(socket: Any, arrays: Iterable[Any], infos: Sequence[str] | None = None) -> Any:
+    """Send arrays as one single-part message (the single-buffer form)."""
+    return socket.send(encode_buffer(arrays, infos=infos), copy=False)
+
+
+def zrecv_single(socket: Any, infos: Any = False) -> Any:
+    """Receive a single-part message; the arrays are views of the received frame."""
+    return decode_buffer(_frame_buffer(socket.recv(copy=False)), infos=infos)
+

@@ -1,0 +1,266 @@
+"""wire: protocol messages ⇄ frames (tensorcom protocol v1 and v2; layouts in docs/protocol.md).
+
+A v1 message is pure tensorcom 0.1: `[header_0, data_0, ...]` tenbin chunks for a list of arrays.
+A v2 message is a metadata frame — `MAGIC` then a msgpack map (version, kind, seq, epoch, sender,
+group, and the batch's structure with plain leaves inline and arrays as references) — followed by
+the tenbin header/data pairs of the batch's arrays in depth-first order. End-of-epoch markers are v2
+messages with no arrays. Either kind may travel as one buffer (`frames_to_buffer`).
+
+`decode_message` tells v1 from v2 by itself; decoded arrays are views of the received frames.
+Pure: no sockets, no pickle; torch tensors are the transport's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import msgpack
+import numpy as np
+
+from . import tenbin
+from .errors import DecodeError, EncodeError, MessageTooLarge
+
+MAGIC = b"\x89TCW\r\n\x1a\n"  # first byte non-ASCII: never a v1 dtype code, never `~TenBin~`
+VERSION = 2
+KINDS = ("batch", "end_of_epoch")
+EXT_ARRAY = 1  # msgpack ext type: 4-byte big-endian index of an array among the tenbin pairs
+EXT_TUPLE = 2  # msgpack ext type: payload is the msgpack array of the tuple's items
+MAX_DEPTH = 64  # nesting limit for tuples inside tuples when decoding
+_UINT64 = 1 << 64
+
+
+@dataclass(frozen=True)
+class Message:
+    """One decoded message (batch or end-of-epoch marker) and its metadata."""
+
+    kind: str  # "batch" or "end_of_epoch"
+    batch: Any  # list / tuple / dict (nested allowed) as sent; None for markers
+    seq: int | None  # per-sender sequence number (None for protocol 1)
+    epoch: int | None
+    sender: str | None  # id of the sending stream (a Connection); None for protocol 1
+    group: str | None  # markers: the sender belongs to a group of `group_size` senders
+    group_size: int
+    protocol: int  # 1 or 2
+    nbytes: int  # total bytes of all frames of the message (metadata, headers, data)
+    infos: tuple = field(default=())  # tenbin info labels of the arrays, depth-first order
+
+
+def _frame_error(message: str, index: int | None) -> DecodeError:
+    """A DecodeError naming a frame index."""
+    return tenbin.decode_error(message, index, "frame")
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _check_header(seq: Any, epoch: Any, sender: Any) -> None:
+    """ValueError/TypeError for counters outside 0..2**64-1 or a sender that is not a str."""
+    for name, value in (("seq", seq), ("epoch", epoch)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {value!r}")
+        if not 0 <= value < _UINT64:
+            raise ValueError(f"{name} must be in 0..2**64-1, got {value}")
+    if not isinstance(sender, str):
+        raise TypeError(f"sender must be a str, not {sender!r}")
+
+
+class _Packer:
+    """Packs a batch's structure with msgpack, collecting its arrays (depth-first) as references."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+
+    def default(self, obj: Any) -> Any:
+        """msgpack's hook for everything that is not an exact plain type."""
+        if isinstance(obj, (np.ndarray, np.generic)) and not isinstance(obj, (np.str_, np.bytes_)):
+            self.arrays.append(np.asarray(obj))
+            return msgpack.ExtType(EXT_ARRAY, (len(self.arrays) - 1).to_bytes(4, "big"))
+        if isinstance(obj, tuple):
+            return msgpack.ExtType(EXT_TUPLE, self.pack(list(obj)))
+        for plain in (bool, int, float, str, bytes, list, dict):  # subclasses: np.str_, IntEnum, ...
+            if isinstance(obj, plain):
+                return plain(obj)
+        raise EncodeError(
+            f"cannot send a {type(obj).__module__}.{type(obj).__qualname__} in a batch: leaves must be "
+            "numpy arrays or str, bytes, int, float, bool, None (in lists, tuples, dicts)")
+
+    def pack(self, obj: Any) -> bytes:
+        """msgpack bytes of obj; EncodeError for anything msgpack cannot carry."""
+        try:
+            return msgpack.packb(obj, default=self.default, strict_types=True, use_bin_type=True)
+        except EncodeError:
+            raise
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            raise EncodeError(f"cannot encode batch: {exc}") from exc
+
+
+def _encode_v1(batch: Any, infos: Sequence[str] | None) -> list:
+    """Pure tensorcom 0.1 frames; EncodeError for anything but a list/tuple of arrays."""
+    if not isinstance(batch, (list, tuple)):
+        raise EncodeError(f"protocol 1 carries a list or tuple of arrays, not a {type(batch).__name__}; "
+                          "use protocol 2")
+    for index, item in enumerate(batch):
+        if not isinstance(item, (np.ndarray, np.generic)) or isinstance(item, (np.str_, np.bytes_)):
+            raise EncodeError(f"protocol 1 carries arrays only; element {index} is a "
+                              f"{type(item).__name__}; use protocol 2")
+    return tenbin.encode_list(batch, infos=infos)
+
+
+def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", protocol: int = 2,
+                 infos: Sequence[str] | None = None) -> list:
+    """A batch -> frames `[metadata, header_0, data_0, ...]` (protocol 2) or 0.1 frames (protocol 1).
+
+    `batch` is a list, tuple or dict, nested freely, whose leaves are numpy arrays or plain values.
+    Array data frames are memoryviews of the arrays (no copy). `infos` labels the arrays in
+    depth-first order. Protocol 1 ignores seq/epoch/sender.
+    """
+    if protocol == 1:
+        return _encode_v1(batch, infos)
+    if protocol != 2:
+        raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
+    _check_header(seq, epoch, sender)
+    if not isinstance(batch, (list, tuple, dict)):
+        raise EncodeError(f"a batch is a list, tuple or dict, not a {type(batch).__name__}")
+    packer = _Packer()
+    meta = {"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender, "batch": batch}
+    head = MAGIC + packer.pack(meta)
+    return [head, *tenbin.encode_list(packer.arrays, infos=infos)]
+
+
+def encode_end_of_epoch(*, seq: int, epoch: int, sender: str = "", group: str | None = None,
+                        group_size: int = 1) -> list:
+    """An end-of-epoch marker: one metadata frame saying that `sender` finished `epoch`.
+
+    A sender that is one of `group_size` senders feeding the same receivers names its group, so a
+    receiver knows how many markers end the epoch.
+    """
+    _check_header(seq, epoch, sender)
+    if group is not None and not isinstance(group, str):
+        raise TypeError(f"group must be a str or None, not {group!r}")
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or not 1 <= group_size < _UINT64:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    meta = {"v": VERSION, "kind": "end_of_epoch", "seq": seq, "epoch": epoch, "sender": sender,
+            "group": group, "group_size": group_size}
+    return [MAGIC + msgpack.packb(meta, use_bin_type=True)]
+
+
+# ---------------------------------------------------------------- single-buffer form
+
+
+def frames_to_buffer(frames: Sequence[Any]) -> bytearray:
+    """Frames -> one buffer in tenbin chunk framing (the single-part form of a message)."""
+    return tenbin.encode_chunks(frames)
+
+
+def buffer_to_frames(buf: Any) -> list[memoryview]:
+    """One buffer -> the frames it holds, as memoryviews of it (no copy)."""
+    return tenbin.decode_chunks(buf)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def _views(frames: Any) -> list[memoryview]:
+    """Flat byte views of the frames (a bare buffer or zmq.Frame counts as one frame)."""
+    if not isinstance(frames, (list, tuple)):
+        frames = [frames]
+    return [tenbin.byte_view(frame, index, "frame") for index, frame in enumerate(frames)]
+
+
+def _ext_hook(arrays: list, used: list[int]) -> Any:
+    """msgpack ext hook resolving array references and tuples; raises DecodeError on bad ones."""
+    depth = [0]
+
+    def hook(code: int, data: bytes) -> Any:
+        if code == EXT_ARRAY:
+            index = int.from_bytes(data, "big")
+            if len(data) != 4 or index >= len(arrays):
+                raise _frame_error(f"array reference {data.hex()} but {len(arrays)} arrays", 0)
+            used[index] += 1
+            return arrays[index]
+        if code == EXT_TUPLE:
+            if depth[0] >= MAX_DEPTH:
+                raise _frame_error(f"tuples nested deeper than {MAX_DEPTH}", 0)
+            depth[0] += 1
+            try:
+                items = _unpack(data, hook)
+            finally:
+                depth[0] -= 1
+            if not isinstance(items, list):
+                raise _frame_error(f"tuple payload is a {type(items).__name__}, not an array", 0)
+            return tuple(items)
+        raise _frame_error(f"unknown msgpack ext type {code}", 0)
+
+    return hook
+
+
+def _unpack(data: Any, hook: Any) -> Any:
+    """msgpack.unpackb with our hook; DecodeError (frame 0) for anything msgpack rejects."""
+    try:
+        return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+    except DecodeError:
+        raise
+    except Exception as exc:  # msgpack raises ValueError, TypeError, ExtraData, StackError, ...
+        raise _frame_error(f"bad msgpack metadata: {type(exc).__name__}: {exc}", 0) from None
+
+
+def _check_meta(meta: Any) -> None:
+    """DecodeError unless meta is a v2 metadata map with well-typed fields (docs/protocol.md 4.2)."""
+    if type(meta) is not dict:
+        raise _frame_error(f"metadata is a {type(meta).__name__}, not a map", 0)
+    missing = [key for key in ("v", "kind", "seq", "epoch", "sender") if key not in meta]
+    if missing:
+        raise _frame_error(f"metadata lacks {missing}", 0)
+    if meta["v"] != VERSION or type(meta["v"]) is not int:
+        raise _frame_error(f"unsupported protocol version {meta['v']!r}", 0)
+    if meta["kind"] not in KINDS:
+        raise _frame_error(f"unknown message kind {meta['kind']!r}", 0)
+    for key, minimum in (("seq", 0), ("epoch", 0), ("group_size", 1)):
+        value = meta.get(key, 1)
+        if type(value) is not int or value < minimum:  # msgpack gives exact ints; bool is refused
+            raise _frame_error(f"metadata {key}={value!r} is not an int >= {minimum}", 0)
+    group = meta.get("group")
+    if type(meta["sender"]) is not str or not (group is None or type(group) is str):
+        raise _frame_error(f"metadata sender={meta['sender']!r} / group={group!r} must be str", 0)
+
+
+def _decode_v2(views: list[memoryview], nbytes: int) -> Message:
+    """Message from v2 frames: metadata frame, then tenbin pairs."""
+    arrays, infos = tenbin.decode_arrays(views[1:], first=1, unit="frame")
+    used = [0] * len(arrays)
+    meta = _unpack(views[0][len(MAGIC):], _ext_hook(arrays, used))
+    _check_meta(meta)
+    kind, batch = meta["kind"], meta.get("batch")
+    if kind == "batch" and not isinstance(batch, (list, tuple, dict)):
+        raise _frame_error(f"batch is a {type(batch).__name__}, not a list, tuple or dict", 0)
+    if kind == "end_of_epoch" and (batch is not None or arrays):
+        raise _frame_error("an end-of-epoch marker carries no batch", 0)
+    if used.count(1) != len(used):
+        raise _frame_error(f"arrays referenced {used} times instead of once each", 0)
+    return Message(kind=kind, batch=batch, seq=meta["seq"], epoch=meta["epoch"], sender=meta["sender"],
+                   group=meta.get("group"), group_size=meta.get("group_size", 1), protocol=2,
+                   nbytes=nbytes, infos=tuple(infos))
+
+
+def decode_message(frames: Any, *, max_size: int | None = None) -> Message:
+    """Frames (multipart, or one frame holding the single-buffer form) -> Message, v1 or v2.
+
+    Frames may be bytes, memoryviews, arrays or zmq.Frame objects; arrays in the result are views of
+    them. The total size is checked against `max_size` before anything is decoded.
+    """
+    views = _views(frames)
+    nbytes = sum(view.nbytes for view in views)
+    if max_size is not None and nbytes > max_size:
+        raise MessageTooLarge(f"message of {nbytes} bytes exceeds the maximum of {max_size} bytes")
+    if not views:
+        raise _frame_error("a message has at least one frame", None)
+    if len(views) == 1 and views[0][:8] == tenbin.MAGIC:
+        views = tenbin.decode_chunks(views[0])
+    elif len(views) == 1 and nbytes == 0:
+        views = []  # single-buffer form of an empty 0.1 batch
+    if views and views[0][:len(MAGIC)] == MAGIC:
+        return _decode_v2(views, nbytes)
+    arrays, infos = tenbin.decode_arrays(views, unit="frame")
+    return Message(kind="batch", batch=arrays, seq=None, epoch=None, sender=None, group=None,
+                   group_size=1, protocol=1, nbytes=nbytes, infos=tuple(infos))

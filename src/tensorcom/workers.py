@@ -1,0 +1,274 @@
+"""Parallel map on threads or processes, and prefetch; bounded buffers, no hangs, no orphans.
+
+Messages. The consumer (the generator returned by `parallel_map`) puts tasks `(position, sample)` on
+an input queue; each worker runs `worker_loop`, which puts `(position, True, result)` or
+`(position, False, failure)` on the output queue, where `failure` is `(worker, repr, traceback text,
+sample key, exception or None)`. At most `buffer` samples are between the source and the consumer at
+any time, so memory stays bounded whatever the speed of either side.
+
+Shutdown. The consumer owns its workers: they start on the first `next()`, never before, and whatever
+ends the iteration (exhaustion, `break`/`close()`, an exception, Ctrl-C) sets the stop event and joins
+them; processes still alive a second later are terminated, then killed. Worker processes are started
+with the *spawn* context (never fork: the parent may hold sockets and threads), ignore SIGINT (the
+parent decides), and exit by themselves within a fraction of a second when their parent process
+disappears (a watchdog thread compares `os.getppid()`), so even a SIGKILL of the parent leaves no orphan.
+
+Errors. A failing `fn` becomes `errors.WorkerError` in the consumer, carrying the worker's formatted
+traceback and the sample's `__key__`; a worker process that dies without reporting (signal, os._exit)
+becomes `errors.WorkerDied` within `poll` seconds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+import traceback
+from typing import Any, Callable, Iterable, Iterator
+
+from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.stages import sample_key, sample_rng
+
+RngKey = tuple[int, int, int, int]  # (seed, epoch, worker, stage); the position completes it
+POLL = 0.1  # seconds between checks of stop events and worker liveness
+
+
+def apply(fn: Callable, sample: Any, rng_key: RngKey | None, position: int) -> Any:
+    """fn(sample), or fn(sample, rng) with the Generator for (rng_key, position) when rng_key is set."""
+    if rng_key is None:
+        return fn(sample)
+    return fn(sample, sample_rng(*rng_key, position))
+
+
+def worker_loop(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop: Any, ident: int, local: bool) -> None:
+    """Take `(position, sample)` tasks from `inq` until `stop` is set; put results on `outq`.
+
+    The same loop runs in a thread (`local=True`: the exception object itself travels along) or in a
+    process (only its text does). A task of None also ends the loop.
+    """
+    while not stop.is_set():
+        try:
+            task = inq.get(timeout=POLL)
+        except queue.Empty:
+            continue
+        if task is None:
+            return
+        position, sample = task
+        try:
+            outq.put((position, True, apply(fn, sample, rng_key, position)))
+        except Exception as exc:
+            key = sample_key(sample) or getattr(exc, "tensorcom_key", None)
+            failure = (ident, repr(exc), traceback.format_exc(), key, exc if local else None)
+            outq.put((position, False, failure))
+
+
+def watch_parent(parent_pid: int, interval: float = 0.2) -> threading.Thread:
+    """Start a daemon thread that ends this process (os._exit(1)) once `parent_pid` is no longer its parent."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="tensorcom-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def process_main(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop: Any, ident: int, parent_pid: int) -> None:
+    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run `worker_loop`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent(parent_pid)
+    worker_loop(fn, rng_key, inq, outq, stop, ident, local=False)
+    if stop.is_set():
+        outq.cancel_join_thread()  # the consumer is gone; do not block on unread results
+
+
+def check_picklable(obj: Any, what: str) -> None:
+    """Raise TypeError (saying how to fix it) when `obj` cannot be sent to a spawned process."""
+    try:
+        pickle.dumps(obj)
+    except Exception as exc:
+        raise TypeError(
+            f"{what} {obj!r} cannot be sent to a worker process ({exc}); use a module-level function "
+            "or a picklable callable object, not a lambda or a nested function"
+        ) from exc
+
+
+class _Pool:
+    """Workers sharing one input and one output queue; threads or spawned processes."""
+
+    def __init__(self, fn: Callable, workers: int, processes: bool, rng_key: RngKey | None):
+        self.processes = processes
+        if processes:
+            ctx = multiprocessing.get_context("spawn")
+            self.inq, self.outq, self.stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+            args = (fn, rng_key, self.inq, self.outq, self.stop)
+            self.workers = [
+                ctx.Process(target=process_main, args=(*args, i, os.getpid()), daemon=True, name=f"tensorcom-map-{i}")
+                for i in range(workers)
+            ]
+        else:
+            self.inq, self.outq, self.stop = queue.Queue(), queue.Queue(), threading.Event()
+            args = (fn, rng_key, self.inq, self.outq, self.stop)
+            self.workers = [
+                threading.Thread(target=worker_loop, args=(*args, i, True), daemon=True, name=f"tensorcom-map-{i}")
+                for i in range(workers)
+            ]
+        for worker in self.workers:
+            worker.start()
+
+    def get(self) -> tuple[int, bool, Any]:
+        """The next result; WorkerDied when a worker process ended without answering."""
+        while True:
+            try:
+                return self.outq.get(timeout=POLL)
+            except queue.Empty:
+                if self.processes:
+                    self._check_alive()
+
+    def _check_alive(self) -> None:
+        for ident, proc in enumerate(self.workers):
+            if proc.exitcode is not None:
+                code = proc.exitcode
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+                raise WorkerDied(f"map worker process {ident} (pid {proc.pid}) {how}")
+
+    def close(self) -> None:
+        """Stop every worker and wait for it; processes still alive after ~1 s are terminated, then killed."""
+        self.stop.set()
+        deadline = time.monotonic() + 1.0
+        for worker in self.workers:
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.processes:
+            for proc in self.workers:
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(timeout=1.0)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(timeout=1.0)
+            for q in (self.inq, self.outq):
+                q.cancel_join_thread()
+                q.close()
+
+
+def _failure(failure: tuple) -> WorkerError:
+    ident, text, remote_tb, key, exc = failure
+    error = WorkerError(f"map worker {ident} raised {text}", remote_tb, key)
+    error.__cause__ = exc
+    return error
+
+
+def parallel_map(source: Iterable, fn: Callable, *, workers: int, processes: bool = False, ordered: bool = True,
+                 buffer: int | None = None, rng_key: RngKey | None = None) -> Iterator:
+    """Yield fn(sample) for each sample of `source`, computed by `workers` threads or processes.
+
+    `ordered` keeps the source's order; otherwise results come as they finish. `buffer` (default
+    2 × workers) bounds the samples taken from the source and not yet yielded. With `rng_key`, fn is
+    called as fn(sample, rng) with `stages.sample_rng(*rng_key, position)`, the same in any worker.
+    Raises WorkerError / WorkerDied as described in the module docstring.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    buffer = 2 * workers if buffer is None else buffer
+    if buffer < 1:
+        raise ValueError(f"buffer must be at least 1, got {buffer!r}")
+    if processes:
+        check_picklable(fn, "map function")
+    return _parallel(source, fn, workers, processes, ordered, buffer, rng_key)
+
+
+def _parallel(source: Iterable, fn: Callable, workers: int, processes: bool, ordered: bool, buffer: int,
+              rng_key: RngKey | None) -> Iterator:
+    """The generator behind parallel_map: workers start on its first next() and stop when it ends."""
+    pool = _Pool(fn, workers, processes, rng_key)
+    try:
+        yield from _drive(iter(source), pool, buffer, ordered)
+    finally:
+        pool.close()
+
+
+def _drive(samples: Iterator, pool: _Pool, buffer: int, ordered: bool) -> Iterator:
+    """Feed `pool` from `samples` keeping at most `buffer` outstanding; yield results."""
+    submitted = received = yielded = 0
+    pending: dict[int, Any] = {}
+    exhausted = False
+    while True:
+        while not exhausted and submitted - yielded < buffer:
+            try:
+                pool.inq.put((submitted, next(samples)))
+                submitted += 1
+            except StopIteration:
+                exhausted = True
+        if received == submitted:
+            return
+        position, ok, value = pool.get()
+        received += 1
+        if not ok:
+            raise _failure(value)
+        if not ordered:
+            yielded += 1
+            yield value
+            continue
+        pending[position] = value
+        while yielded in pending:
+            item = pending.pop(yielded)
+            yielded += 1
+            yield item
+
+
+def prefetch_loop(source: Iterator, outq: queue.Queue, stop: threading.Event) -> None:
+    """Thread body for `prefetching`: put ("item", x) for each x of `source`, then ("end", None) or
+    ("error", exc); gives up when `stop` is set. Closes `source` in this thread when done."""
+    try:
+        for item in source:
+            if not _put(outq, ("item", item), stop):
+                return
+        _put(outq, ("end", None), stop)
+    except BaseException as exc:  # handed to the consumer, which re-raises it
+        _put(outq, ("error", exc), stop)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
+def _put(outq: queue.Queue, message: tuple, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            outq.put(message, timeout=POLL)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def prefetching(source: Iterable, size: int) -> Iterator:
+    """Yield the items of `source`, produced ahead by a background thread into a queue of `size`."""
+    if size < 1:
+        raise ValueError(f"prefetch size must be at least 1, got {size!r}")
+    outq: queue.Queue = queue.Queue(size)
+    stop = threading.Event()
+    thread = threading.Thread(target=prefetch_loop, args=(iter(source), outq, stop), daemon=True, name="tensorcom-prefetch")
+    thread.start()
+    try:
+        while True:
+            try:
+                kind, value = outq.get(timeout=POLL)
+            except queue.Empty:
+                if not thread.is_alive() and outq.empty():
+                    raise RuntimeError("the prefetch thread ended without finishing its source") from None
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join(timeout=5.0)

@@ -1,0 +1,174 @@
+"""Our tar parser against Python's tarfile: formats, long names, gzip, grouping, and bad archives."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import tarfile
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorcom.errors import OpenError, SampleError, TarFormatError
+from tensorcom.handlers import SkipCounts, ignore_and_continue, warn_and_continue
+from tensorcom.tarstream import buffered, group_samples, shard_samples, split_name, tar_members
+
+
+def make_tar(members, fmt=tarfile.PAX_FORMAT, extra=None) -> bytes:
+    """A tar archive of (name, bytes) members; `extra(tar)` may add special members."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if extra:
+            extra(tar)
+    return out.getvalue()
+
+
+def members_of(data: bytes, url: str = "mem.tar", bufsize: int = 1 << 20) -> list:
+    return list(tar_members(buffered(io.BytesIO(data), url, bufsize), url))
+
+
+def tarfile_members(data: bytes) -> list:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar if m.isreg()]
+
+
+LONG = "dir" + "/sub" * 40 + "/" + "n" * 150 + ".seg.jpg"
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_formats_and_long_names_match_tarfile(fmt):
+    names = [("a/b.seg.jpg", b"x" * 1000), ("a/b.cls", b"3"), ("p" * 90 + "/q" * 40 + ".txt", b"ustar prefix")]
+    if fmt != tarfile.USTAR_FORMAT:
+        names += [(LONG, b"long"), ("ünï/cödé.txt", "ü".encode())]
+    data = make_tar(names, fmt)
+    ours = members_of(data)
+    assert ours == tarfile_members(data)
+    assert ours == names
+
+
+def test_skips_directories_links_and_metadata():
+    def extra(tar):
+        for name, kind in (("somedir", tarfile.DIRTYPE), ("link.txt", tarfile.SYMTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            info.linkname = "a.txt" if kind == tarfile.SYMTYPE else ""
+            tar.addfile(info)
+
+    data = make_tar([("__meta__", b"m"), ("__info__/x.json", b"{}"), ("a.txt", b"A")], extra=extra)
+    assert members_of(data) == [("a.txt", b"A")]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.text("abcxyz/é_-", min_size=1, max_size=120).filter(
+    lambda s: not s.startswith("/") and not s.endswith("/") and "//" not in s),
+    st.binary(max_size=3000)), max_size=8),
+       st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]), st.sampled_from([512, 4096, 1 << 20]))
+def test_random_archives_match_tarfile(members, fmt, bufsize):
+    data = make_tar(members, fmt)
+    expected = [m for m in tarfile_members(data) if not re.match(r"__[^/]*__($|/)", m[0])]  # metadata
+    assert members_of(data, bufsize=bufsize) == expected
+
+
+def test_member_larger_than_buffer_and_gzip():
+    big = bytes(range(256)) * 12000  # ~3 MB
+    data = make_tar([("big.bin", big), ("small.txt", b"s")])
+    assert members_of(data, bufsize=65536) == [("big.bin", big), ("small.txt", b"s")]
+    zipped = gzip.compress(data, mtime=0)
+    assert members_of(zipped, bufsize=65536) == [("big.bin", big), ("small.txt", b"s")]
+    # two concatenated gzip members read as one stream
+    half = len(data) // 2
+    twice = gzip.compress(data[:half]) + gzip.compress(data[half:])
+    assert [name for name, _ in members_of(twice)] == ["big.bin", "small.txt"]
+
+
+def test_split_name():
+    assert split_name("a/b.seg.JPG") == ("a/b", "seg.jpg")
+    assert split_name("a.b/c.txt") == ("a.b/c", "txt")
+    assert split_name("noext") is None
+    assert split_name("d/.hidden") is None
+
+
+def test_grouping_keys_and_extensions():
+    data = make_tar([("a/b.seg.JPG", b"1"), ("a/b.cls", b"2"), ("a.b/c.txt", b"3"), ("noext", b"4"),
+                     ("c.x.txt.gz", gzip.compress(b"z"))])
+    samples = list(group_samples(iter(members_of(data)), "u.tar"))
+    assert samples == [
+        {"__key__": "a/b", "__url__": "u.tar", "seg.jpg": b"1", "cls": b"2"},
+        {"__key__": "a.b/c", "__url__": "u.tar", "txt": b"3"},
+        {"__key__": "c", "__url__": "u.tar", "x.txt.gz": gzip.compress(b"z")},
+    ]
+
+
+def test_repeated_extension_is_sample_error_or_skipped():
+    members = [("k1.txt", b"a"), ("k1.txt", b"b"), ("k1.cls", b"1"), ("k2.txt", b"c")]
+    with pytest.raises(SampleError, match="repeated") as info:
+        list(group_samples(iter(members), "u.tar"))
+    assert info.value.url == "u.tar" and info.value.member == "k1.txt"
+    counts = SkipCounts()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kept = list(group_samples(iter(members), "u.tar", warn_and_continue, counts))
+    assert [s["__key__"] for s in kept] == ["k2"]
+    assert counts.samples == 1 and len(caught) == 1
+
+
+def test_sample_never_spans_shards(tmp_path):
+    for i in range(2):
+        (tmp_path / f"s{i}.tar").write_bytes(make_tar([("same.txt", b"%d" % i)]))
+    from tensorcom.shards import samples
+
+    got = list(samples(str(tmp_path / "s{0..1}.tar")))
+    assert [s["txt"] for s in got] == [b"0", b"1"]
+
+
+def corrupt(data: bytes, offset: int) -> bytes:
+    return data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset + 1:]
+
+
+def test_bad_checksum_truncation_and_gzip_errors(tmp_path):
+    data = make_tar([("a.txt", b"A" * 600), ("b.txt", b"B"), ("c.txt", b"C")], fmt=tarfile.USTAR_FORMAT)
+    cases = {
+        "checksum.tar": corrupt(data, 1536 + 5),  # the name of b.txt's header
+        "truncated.tar": data[:1536 + 512 + 100],  # inside b.txt's data... header of b + 100
+        "cut-header.tar": data[:1536 + 100],
+        "corrupt.tgz": corrupt(gzip.compress(data), 40),
+        "truncated.tgz": gzip.compress(data)[:-30],
+    }
+    for name, blob in cases.items():
+        (tmp_path / name).write_bytes(blob)
+        url = str(tmp_path / name)
+        with pytest.raises(TarFormatError) as info:
+            list(shard_samples(url))
+        assert info.value.url == url, name
+        if name in ("checksum.tar", "cut-header.tar"):
+            assert info.value.member == "a.txt"
+        if name == "truncated.tar":
+            assert info.value.member == "b.txt"
+
+
+def test_handler_keeps_good_samples_and_counts_bad_shard(tmp_path):
+    data = make_tar([(f"k{i}.txt", b"x" * 700) for i in range(5)], fmt=tarfile.USTAR_FORMAT)
+    (tmp_path / "bad.tar").write_bytes(data[: 3 * 1536 + 700])
+    counts = SkipCounts()
+    got = list(shard_samples(str(tmp_path / "bad.tar"), handler=ignore_and_continue, counts=counts))
+    # k2 was the sample in progress when the archive broke: it may be incomplete, so it is dropped
+    assert [s["__key__"] for s in got] == ["k0", "k1"]
+    assert counts.as_dict() == {"samples": 0, "shards": 1}
+    missing = str(tmp_path / "missing.tar")
+    with pytest.raises(OpenError, match="missing.tar"):
+        list(shard_samples(missing))
+    assert list(shard_samples(missing, handler=ignore_and_continue, counts=counts)) == []
+    assert counts.shards == 2
+
+
+def test_end_of_data_without_end_blocks_is_accepted():
+    data = make_tar([("a.txt", b"A")])
+    assert members_of(data[:1024]) == [("a.txt", b"A")]
+    assert members_of(b"") == []

@@ -1,0 +1,283 @@
+"""The wl-* tools, each run as a real subprocess (its console script) on shards written by ShardWriter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+from tensorcom import shards
+
+pytestmark = pytest.mark.procs
+
+TOOLS = ["wl-cat", "wl-extract", "wl-dump", "wl-info", "wl-test", "wl-map", "wl-xargs"]
+NSAMPLES, PER_SHARD = 12, 6
+TIMEOUT = 90
+
+
+def make_sample(i: int) -> dict:
+    """Sample i of the test dataset: every kind of field the tools treat differently."""
+    rng = np.random.default_rng(i)
+    return {
+        "__key__": f"s{i:02d}",
+        "cls": i % 3,
+        "txt": f"text {i}\twith tab" if i == 4 else f"text {i}",
+        "json": {"i": i, "name": f"n{i}"},
+        "png": rng.integers(0, 256, size=(8 + i, 10, 3), dtype=np.uint8),
+        "bin": rng.bytes(100 + i),
+    }
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """(brace URL of 2 shards x 6 samples, the raw samples as the reader gives them)."""
+    root = tmp_path_factory.mktemp("wl")
+    with shards.ShardWriter(str(root / "data-%06d.tar"), maxcount=PER_SHARD) as sink:
+        for i in range(NSAMPLES):
+            sink.write(make_sample(i))
+    url = str(root / "data-{000000..000001}.tar")
+    raw = list(shards.samples(url))
+    assert [s["__key__"] for s in raw] == [f"s{i:02d}" for i in range(NSAMPLES)]
+    return url, raw
+
+
+def tool_command(name: str) -> list[str]:
+    """The console script next to this interpreter, or the same main run with -c."""
+    script = os.path.join(os.path.dirname(sys.executable), name)
+    if os.path.exists(script):
+        return [script]
+    module = "tensorcom.cli." + name.replace("-", "_")
+    return [sys.executable, "-c", f"import sys; sys.argv[0] = {name!r}; from {module} import main; sys.exit(main())"]
+
+
+def run(popen, name: str, *args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """Run tool `name` with `args` to completion (bounded), capturing stdout and stderr as bytes."""
+    proc = popen.start(tool_command(name) + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       cwd=cwd, env=env)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def assert_usage_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit status 2 and exactly one stderr line containing every word."""
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+@pytest.mark.parametrize("name", TOOLS)
+def test_help(popen, name):
+    result = run(popen, name, "--help")
+    assert result.returncode == 0
+    assert result.stdout.decode().startswith(f"usage: {name}")
+
+
+@pytest.mark.parametrize("name,extra", [("wl-cat", ["txt"]), ("wl-extract", []), ("wl-dump", ["-o", "x"]),
+                                        ("wl-info", []), ("wl-test", []), ("wl-map", ["-e", "sample"]),
+                                        ("wl-xargs", ["-c", "true"])])
+def test_missing_shard_is_one_line_and_status_2(popen, tmp_path, name, extra):
+    missing = str(tmp_path / "nothing-here.tar")
+    result = run(popen, name, missing, *extra, cwd=tmp_path)
+    assert_usage_error(result, "nothing-here.tar")
+
+
+def test_bad_url_scheme_is_one_line_and_status_2(popen):
+    assert_usage_error(run(popen, "wl-cat", "nosuch://host/x.tar", "txt"))
+
+
+def test_cat_writes_raw_bytes_after_skip(popen, data):
+    url, raw = data
+    assert run(popen, "wl-cat", url, "bin").stdout == raw[0]["bin"]
+    assert run(popen, "wl-cat", url, "bin", "7").stdout == raw[7]["bin"]  # second shard
+    assert run(popen, "wl-cat", url, "jpg;png", "3").stdout == raw[3]["png"]
+    assert run(popen, "wl-cat", url, "__key__", "11").stdout == b"s11"
+
+
+def test_cat_missing_field_or_sample(popen, data):
+    url, _ = data
+    assert_usage_error(run(popen, "wl-cat", url, "jpg", "2"), "s02", "jpg")
+    assert_usage_error(run(popen, "wl-cat", url, "txt", str(NSAMPLES)), "after skipping")
+
+
+def test_extract_tsv(popen, data):
+    url, _ = data
+    result = run(popen, "wl-extract", url, "-f", "__key__,cls", "txt", "json", "png", "-c", "5")
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 5
+    assert lines[1].split("\t")[:3] == ["s01", "1", "text 1"]
+    assert json.loads(lines[1].split("\t")[3]) == {"i": 1, "name": "n1"}
+    assert lines[4].split("\t")[2] == "text 4\\twith tab"  # escaped, so columns stay aligned
+    assert all(line.split("\t")[4].endswith(" bytes>") for line in lines)
+
+
+def test_extract_json_lines_with_skip_and_missing(popen, data):
+    url, raw = data
+    result = run(popen, "wl-extract", url, "-f", "__key__ cls json nope", "--json", "-s", "10")
+    rows = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert rows == [{"__key__": f"s{i}", "cls": i % 3, "json": {"i": i, "name": f"n{i}"}, "nope": None}
+                    for i in (10, 11)]
+
+
+def test_dump_writes_key_ext_files(popen, data, tmp_path):
+    url, raw = data
+    out = tmp_path / "dump"
+    result = run(popen, "wl-dump", url, "-o", str(out), "-c", "4", "-f", "bin", "txt")
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(out)) == sorted(f"s{i:02d}.{e}" for i in range(4) for e in ("bin", "txt"))
+    assert (out / "s02.bin").read_bytes() == raw[2]["bin"]
+    assert (out / "s03.txt").read_text() == "text 3"
+    assert "8 files from 4 samples" in result.stderr.decode()
+
+
+def test_dump_quotes_slashes_in_keys(popen, tmp_path):
+    with shards.TarWriter(str(tmp_path / "k.tar")) as sink:
+        sink.write({"__key__": "a/b", "txt": "hello"})
+    run(popen, "wl-dump", str(tmp_path / "k.tar"), "-o", str(tmp_path / "d"))
+    assert os.listdir(tmp_path / "d") == ["a%2Fb.txt"]
+
+
+def test_info_json(popen, data):
+    url, raw = data
+    result = run(popen, "wl-info", url, "--json", "-c", "10")
+    info = json.loads(result.stdout)
+    assert info["samples"] == 10
+    assert info["keysets"] == [{"fields": ["bin", "cls", "json", "png", "txt"], "count": 10}]
+    fields = info["fields"]
+    assert fields["cls"]["range"] == [0, 2] and fields["cls"]["types"] == ["int"]
+    assert fields["png"]["dtypes"] == ["uint8"]
+    assert fields["png"]["shapes"][0] == [8, 10, 3] and fields["png"]["shapes"][-1] == [17, 10, 3]
+    assert fields["bin"]["bytes"]["min"] == 100 and fields["bin"]["bytes"]["max"] == 109
+    assert fields["txt"]["len"] == [6, len("text 4\twith tab")]
+
+
+def test_info_text(popen, data):
+    url, _ = data
+    text = run(popen, "wl-info", url).stdout.decode()
+    assert text.startswith(f"samples\t{NSAMPLES}\n")
+    assert "\njson\n" in text and "\tshapes\t" in text
+
+
+@pytest.mark.parametrize("extra", [[], ["-d", "rgb8", "-p", "2"]])
+def test_test_counts_samples_and_bytes(popen, data, extra):
+    url, raw = data
+    result = run(popen, "wl-test", url, "--json", *extra)
+    report = json.loads(result.stdout)
+    assert report["samples"] == NSAMPLES
+    assert report["bytes"] == sum(len(v) for s in raw for k, v in s.items() if not k.startswith("__"))
+    assert report["samples_per_s"] > 0 and report["mb_per_s"] > 0
+
+
+def no_process_with_marker(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds `marker` (processes a tool left behind)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as stream:
+                if marker.encode() in stream.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def marked_env() -> tuple[dict, str]:
+    marker = f"WL_TEST_MARKER={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    return dict(os.environ, **{name: value}), marker
+
+
+@pytest.mark.parametrize("procs", ["0", "2"])
+def test_map_expression_in_order(popen, data, tmp_path, procs):
+    url, raw = data
+    env, marker = marked_env()
+    expr = 'dict(sample, cls=int(sample["cls"]) + 10, txt=sample["txt"].decode().upper())'
+    pattern = str(tmp_path / "out-%04d.tar")
+    result = run(popen, "wl-map", url, "-e", expr, "-o", pattern, "-p", procs, "--maxcount", "5", env=env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["out-0000.tar", "out-0001.tar", "out-0002.tar"]
+    out = list(shards.samples(str(tmp_path / "out-{0000..0002}.tar")))
+    assert [s["__key__"] for s in out] == [s["__key__"] for s in raw]
+    assert [int(s["cls"]) for s in out] == [int(s["cls"]) + 10 for s in raw]
+    assert out[3]["txt"] == b"TEXT 3" and out[3]["bin"] == raw[3]["bin"]
+    assert no_process_with_marker(marker) == []
+
+
+def test_map_module_function_drops_and_splits(popen, data, tmp_path):
+    url, raw = data
+    (tmp_path / "mymod.py").write_text(
+        "def f(sample):\n"
+        "    if int(sample['cls']) == 0:\n        return None\n"
+        "    return [{'txt': sample['txt']}, {'__key__': sample['__key__'] + '-b', 'cls': 1}]\n")
+    result = run(popen, "wl-map", url, "-m", "mymod.py:f", "-o", "all.tar", "-p", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = list(shards.samples(str(tmp_path / "all.tar")))
+    kept = [s for s in raw if int(s["cls"]) != 0]
+    assert [s["__key__"] for s in out] == [k for s in kept for k in (s["__key__"], s["__key__"] + "-b")]
+    assert out[0]["txt"] == kept[0]["txt"]
+
+
+@pytest.mark.parametrize("procs", ["0", "2"])
+def test_map_error_names_the_key_and_leaves_no_process(popen, data, tmp_path, procs):
+    url, _ = data
+    env, marker = marked_env()
+    expr = 'sample if sample["__key__"] != "s07" else 1 / 0'
+    result = run(popen, "wl-map", url, "-e", expr, "-o", str(tmp_path / "o.tar"), "-p", procs, env=env)
+    assert_usage_error(result, "ZeroDivisionError", "s07")
+    assert no_process_with_marker(marker) == []
+
+
+def test_map_bad_expression_and_module(popen, data):
+    url, _ = data
+    assert_usage_error(run(popen, "wl-map", url, "-e", "sample[", "-o", "x.tar"), "sample[")
+    assert_usage_error(run(popen, "wl-map", url, "-m", "no_such_module_xyz:f"), "no_such_module_xyz")
+
+
+@pytest.mark.parametrize("procs", ["0", "2"])
+def test_xargs_collects_files_in_order(popen, data, tmp_path, procs):
+    url, raw = data
+    command = 'tr a-z A-Z < sample.txt > sample.up && printf %s "$KEY" > sample.key && rm sample.txt'
+    result = run(popen, "wl-xargs", url, "-c", command, "-f", "txt,cls", "-o", str(tmp_path / "x-%03d.tar"),
+                 "-p", procs, "--maxcount", "100")
+    assert result.returncode == 0, result.stderr
+    out = list(shards.samples(str(tmp_path / "x-000.tar")))
+    assert [s["__key__"] for s in out] == [s["__key__"] for s in raw]
+    assert all(sorted(k for k in s if not k.startswith("__")) == ["cls", "key", "up"] for s in out)
+    assert out[5]["up"] == b"TEXT 5" and out[5]["key"] == b"s05" and out[5]["cls"] == raw[5]["cls"]
+
+
+def test_xargs_failure_names_the_key(popen, data, tmp_path):
+    url, _ = data
+    result = run(popen, "wl-xargs", url, "-c", '[ "$KEY" != s03 ]', "-o", str(tmp_path / "o.tar"))
+    assert_usage_error(result, "s03", "status 1")
+
+
+def test_xargs_skip_errors_counts(popen, data, tmp_path):
+    url, raw = data
+    result = run(popen, "wl-xargs", url, "-c", 'case "$KEY" in s0[2-4]) exit 3;; esac', "--skip-errors",
+                 "-p", "2", "-o", str(tmp_path / "o.tar"), "-f", "cls")
+    assert result.returncode == 0, result.stderr
+    assert "skipped 3 samples" in result.stderr.decode() and "s02" in result.stderr.decode()
+    keys = [s["__key__"] for s in shards.samples(str(tmp_path / "o.tar"))]
+    assert keys == [s["__key__"] for s in raw if s["__key__"] not in ("s02", "s03", "s04")]
+
+
+def test_xargs_timeout_kills_command_and_background(popen, data, tmp_path):
+    url, _ = data
+    env, marker = marked_env()
+    result = run(popen, "wl-xargs", url, "-c", "sleep 60 & sleep 60", "--timeout", "0.5", "-p", "2", env=env)
+    assert_usage_error(result, "timed out", "s0")
+    assert no_process_with_marker(marker) == []
+
+
+def test_tools_read_every_shard_whatever_rank(popen, data):
+    url, _ = data
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2")
+    lines = run(popen, "wl-extract", url, env=env).stdout.decode().splitlines()
+    assert lines == [f"s{i:02d}" for i in range(NSAMPLES)]

@@ -1,0 +1,64 @@
+"""tensorcom.zcom: tensorcom 0.1's import path, its helpers, and TensorcomDataset with torch."""
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def test_import_path_is_light():
+    code = ("import sys; from tensorcom.zcom import Connection, schemes, converter_table; "
+            "import tensorcom.torch_adapter; print('torch' in sys.modules, sorted(schemes)[:2])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "False"
+
+
+def test_01_helpers():
+    from tensorcom import zcom
+
+    assert zcom.schemes["zpull"] == ("PULL", True) and zcom.schemes["zrsub"] == ("SUB", True)
+    assert "zjoin" not in zcom.schemes
+    assert zcom.listify(None) is None and zcom.listify(3) == [3] and zcom.listify((1, 2)) == [1, 2]
+    assert zcom.transform_with([1, 2, 3], [lambda x: -x, None]) == [-1, 2, -3]
+    stats = zcom.Statistics(10)
+    stats.add(5)
+    assert stats.count == 1
+    with pytest.raises(AttributeError):
+        zcom.NoSuchThing
+
+
+def test_numpy_converter_transposes_torch_images():
+    torch = pytest.importorskip("torch")
+    from tensorcom.zcom import converter_table
+
+    out = converter_table["numpy"](torch.zeros(2, 3, 5, 7))
+    assert isinstance(out, np.ndarray) and out.shape == (2, 5, 7, 3)
+    back = converter_table["torch"](out)
+    assert tuple(back.shape) == (2, 3, 5, 7) and back.dtype == torch.float32
+
+
+@pytest.mark.net
+def test_tensorcom_dataset_with_dataloader(free_port):
+    torch = pytest.importorskip("torch")
+    from tensorcom.zcom import Connection, TensorcomDataset
+
+    url = f"127.0.0.1:{free_port()}"
+    dataset = TensorcomDataset(f"zpull://{url}", length=4, converters="torch", timeout=10)
+    assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 4
+    with Connection(f"zpush://{url}", timeout=10) as sender:
+        for i in range(6):
+            sender.send([np.full((2, 8, 8, 3), i, np.uint8), np.array([i, i], np.int32)])
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None)
+        try:
+            first = list(loader)
+            second = list(itertools.islice(iter(dataset), 2))
+        finally:
+            dataset.close()
+    assert [int(b[1][0]) for b in first] == [0, 1, 2, 3]
+    assert first[0][0].shape == (2, 3, 8, 8) and first[0][1].dtype == torch.int64
+    assert [int(b[1][0]) for b in second] == [4, 5]
+    with pytest.raises(ValueError):
+        TensorcomDataset("zpull://127.0.0.1:1", length=-1)
