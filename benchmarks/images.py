@@ -6,6 +6,8 @@ Compares, in the same run and on the same bytes:
               libjpeg-turbo decode, crop cut out inside one antialiased bilinear Pillow resize
   tc+torch    the same with backend="torch": torch's uint8 AVX2 resize, torch on one thread (what
               images.init_worker() sets up in a loader worker process; "auto" then picks it)
+  (region)    rows marked "region" decode only the crop's region (tensorcom.tjcrop; needs a
+              libturbojpeg 3, e.g. `pip install turbojpeg`); the others decode the whole image
   eval        tensorcom.images.eval_transform(224, 256) (fused resize + center crop)
   decode      a plain full-size simplejpeg decode (what decoding alone costs; no augmentation)
 
@@ -24,7 +26,7 @@ import time
 import numpy as np
 from PIL import Image
 
-from tensorcom import images
+from tensorcom import images, tjcrop
 
 
 def make_jpegs(count: int, width: int, height: int, seed: int = 0) -> list[bytes]:
@@ -62,13 +64,16 @@ def decode_only(data: bytes, rng: np.random.Generator) -> np.ndarray:
     return simplejpeg.decode_jpeg(data)
 
 
-def measure(fn, jpegs: list[bytes], seed: int) -> float:
-    """Images per second of fn over all jpegs (one pass)."""
+def measure(fn, jpegs: list[bytes], seed: int, region: bool = False) -> float:
+    """Images per second of fn over all jpegs (one pass), with partial decoding on or off."""
     rng = np.random.default_rng(seed)
+    previous = tjcrop.set_enabled(region)
     start = time.perf_counter()
     for data in jpegs:
         fn(data, rng)
-    return len(jpegs) / (time.perf_counter() - start)
+    rate = len(jpegs) / (time.perf_counter() - start)
+    tjcrop.set_enabled(previous)
+    return rate
 
 
 def main() -> None:
@@ -84,18 +89,21 @@ def main() -> None:
     if images.init_worker():  # torch installed: one thread, as in a loader worker
         variants["tc+torch"] = images.train_transform(224, backend="torch")
         variants["eval+torch"] = images.eval_transform(224, 256, backend="torch")
+    if tjcrop.available():
+        for name in [n for n in variants if n.startswith(("tensorcom", "tc+"))]:
+            variants[f"{name} region"] = variants[name]
     rates: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, fn in variants.items():
-            rates[name].append(measure(fn, jpegs, r))
+            rates[name].append(measure(fn, jpegs, r, region=name.endswith("region")))
     base = statistics.median(rates["pil"])
     print(f"{args.count} JPEGs {args.width}x{args.height} (~{np.mean([len(j) for j in jpegs]) / 1e3:.0f} kB), "
           f"RandomResizedCrop(224)+flip, one core, median of {args.rounds} rounds")
-    print(f"| {'variant':<10} | {'img/s':>7} | {'ms/img':>6} | {'vs pil':>6} |")
-    print(f"|{'-' * 12}|{'-' * 9}:|{'-' * 8}:|{'-' * 8}:|")
+    print(f"| {'variant':<16} | {'img/s':>7} | {'ms/img':>6} | {'vs pil':>6} |")
+    print(f"|{'-' * 18}|{'-' * 8}:|{'-' * 7}:|{'-' * 7}:|")
     for name, values in rates.items():
         rate = statistics.median(values)
-        print(f"| {name:<10} | {rate:7.0f} | {1e3 / rate:6.2f} | {rate / base:5.2f}x |")
+        print(f"| {name:<16} | {rate:7.0f} | {1e3 / rate:6.2f} | {rate / base:5.2f}x |")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ and (c)/(b). Then a threads x processes grid for the same images fetched from a 
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import http.server
-import io
 import os
 import random
 import resource
@@ -30,11 +29,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "bench-data" / "imagenet-like"
+DATA = ROOT / "bench-data"
 CLASSES = 10
 SIZE = 224
 BATCH = 64
@@ -55,10 +55,11 @@ def synthetic_photo(rng: np.random.Generator, height: int = 375, width: int = 50
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def make_dataset(count: int, root: Path = DATA) -> Path:
-    """Write `count` JPEGs into root/train/<class>/ (once; kept when enough are there); returns root."""
+def make_dataset(count: int) -> Path:
+    """Write `count` JPEGs into bench-data/imagenet-like-COUNT/train/<class>/ (once); returns that root."""
     import simplejpeg
 
+    root = DATA / f"imagenet-like-{count}"
     train = root / "train"
     existing = sorted(train.glob("*/*.jpg")) if train.exists() else []
     if len(existing) >= count:
@@ -73,8 +74,8 @@ def make_dataset(count: int, root: Path = DATA) -> Path:
     return root
 
 
-def image_files(root: Path, limit: int) -> list[tuple[str, int]]:
-    """(path, label) pairs of the first `limit` images, classes in sorted order."""
+def image_files(root: Path, limit: int | None = None) -> list[tuple[str, int]]:
+    """(path, label) pairs of the first `limit` images (all when None), classes in sorted order."""
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     pairs = [(str(p), label) for label, name in enumerate(classes) for p in sorted((root / "train" / name).glob("*.jpg"))]
     return sorted(pairs, key=lambda pair: Path(pair[0]).name)[:limit]
@@ -87,16 +88,6 @@ def cpu_seconds() -> float:
     """User + system CPU seconds of this process plus its reaped descendants."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def measure(name: str, run) -> dict:
-    """Run `run()` (which returns the number of images it produced, children reaped) and time it."""
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
-    images = run()
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    result = {"name": name, "images": images, "wall": wall, "rate": images / wall, "cpu_per_k": 1000 * cpu / max(images, 1)}
-    print(f"  {name}: {images} images in {wall:.1f} s = {result['rate']:.0f} img/s, {result['cpu_per_k']:.2f} CPU-s/1k", flush=True)
-    return result
 
 
 def check_batch(images, labels) -> int:
@@ -155,15 +146,199 @@ class PILFolder:
         return np.asarray(image), label
 
 
-def run_dataloader(pairs: list[tuple[str, int]]) -> int:
-    """(a): iterate a DataLoader(num_workers=2, shuffle) over PILFolder once; returns images seen."""
-    import torch
+def run_dataloader(root: Path, timer: "Timer") -> int:
+    """(a): one pass of DataLoader(num_workers=2, shuffle) over PILFolder; returns images seen."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(PILFolder(pairs), batch_size=BATCH, shuffle=True, num_workers=2)
-    count = 0
-    for images, labels in loader:
-        count += check_batch(images.numpy(), labels.numpy())
-    del loader
-    torch.multiprocessing.active_children() if hasattr(torch.multiprocessing, "active_children") else None
-    return count
+    loader = DataLoader(PILFolder(image_files(root)), batch_size=BATCH, shuffle=True, num_workers=2)
+    iterator = iter(loader)
+    for images, labels in iterator:
+        timer.tick(check_batch(images.numpy(), labels.numpy()))
+    del iterator, loader  # exhausted: its workers are joined (and so counted in RUSAGE_CHILDREN)
+    return timer.images
+
+
+# ---------------------------------------------------------------- (b) tensorcom pipeline
+
+
+def run_pipeline(root: Path, timer: "Timer") -> int:
+    """(b): serve-imagenet-dir's pipeline iterated in this process, augmentation on 2 processes."""
+    from tensorcom.cli.serve_imagenet import dir_pipeline
+
+    pipeline = dir_pipeline(str(root / "train"), batch_size=BATCH, size=SIZE, workers=2, seed=0)
+    for images, labels in pipeline:
+        timer.tick(check_batch(images, labels))
+    return timer.images
+
+
+# ---------------------------------------------------------------- (c) server -> Connection
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_served(root: Path, timer: "Timer") -> int:
+    """(c): serve-imagenet-dir -P 2 (a subprocess) -> zpush -> a Connection binding zpull here."""
+    from tensorcom import Connection
+
+    port = free_port()
+    command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(root), "-b", str(BATCH),
+               "--size", str(SIZE), "-P", "2", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"]
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=120) as conn:
+        server = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        try:
+            for images, labels in conn:
+                timer.tick(check_batch(images, labels))
+            server.wait(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    return timer.images
+
+
+class Timer:
+    """Counts images and times from the first batch on (start-up excluded from the rate)."""
+
+    def __init__(self):
+        self.images = 0
+        self.first: float | None = None
+        self.first_images = 0
+        self.last = 0.0
+
+    def tick(self, images: int) -> None:
+        """Record a batch of `images` that has just arrived."""
+        now = time.perf_counter()
+        if self.first is None:
+            self.first, self.first_images = now, images
+        self.images += images
+        self.last = now
+
+    def rate(self) -> float:
+        """Images per second after the first batch."""
+        span = self.last - (self.first or self.last)
+        return (self.images - self.first_images) / span if span > 0 else float("nan")
+
+
+def measure(name: str, run, *args) -> dict:
+    """Run `run(*args, timer)` (children reaped when it returns); rate and CPU-seconds per 1,000 images."""
+    timer = Timer()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    images = run(*args, timer)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    result = {"name": name, "images": images, "wall": wall, "rate": timer.rate(), "cpu_per_k": 1000 * cpu / max(images, 1)}
+    print(f"  {name}: {images} images, {wall:.1f} s in all, {result['rate']:.0f} img/s after the first batch, "
+          f"{result['cpu_per_k']:.2f} CPU-s per 1k images", flush=True)
+    return result
+
+
+# ---------------------------------------------------------------- HTTP threads x processes grid
+
+
+@contextlib.contextmanager
+def http_server(directory: Path) -> Iterator[str]:
+    """Serve `directory` with `python -m http.server` on 127.0.0.1 (a subprocess); yields the base URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory",
+                             str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+class LabelledAugment:
+    """Picklable map: a fetched sample {"__url__", "jpg"} -> (image, label from the class directory)."""
+
+    def __init__(self, classes: list[str]):
+        from tensorcom.cli.serve_imagenet import Augment
+
+        self.classes = {name: i for i, name in enumerate(classes)}
+        self.augment = Augment(SIZE)
+
+    def __call__(self, sample: dict, rng):
+        label = self.classes[sample["__url__"].rsplit("/", 2)[1]]
+        return self.augment({"jpg": sample["jpg"], "cls": label}, rng)
+
+
+def run_http(base: str, root: Path, threads: int, processes: int, limit: int, timer: "Timer") -> int:
+    """`limit` images fetched over HTTP by `threads` threads, augmented on `processes` processes
+    (0: in this process), batched by 64."""
+    from tensorcom.cli.serve_imagenet import collate_pair
+    from tensorcom.pipeline import Pipeline
+    from tensorcom.sources import FetchSource
+
+    pairs = image_files(root, limit)
+    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    urls = [f"{base}/train/{Path(path).parent.name}/{Path(path).name}" for path, _ in pairs]
+    pipeline = Pipeline(FetchSource(urls, threads=threads), seed=0)
+    fn = LabelledAugment(classes)
+    pipeline = pipeline.map(fn, rng=True, workers=processes, processes=True) if processes else pipeline.map(fn, rng=True)
+    for images, labels in pipeline.batch(BATCH, collate=collate_pair):
+        timer.tick(check_batch(images, labels))
+    return timer.images
+
+
+# ---------------------------------------------------------------- the run
+
+
+def table(rows: list[dict], baseline: dict) -> str:
+    """A markdown table of measured rows."""
+    lines = ["| pipeline | images | img/s | CPU-s per 1k images | img/s vs (a) |", "|---|---:|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['name']} | {row['images']} | {row['rate']:.0f} | {row['cpu_per_k']:.2f} | "
+                     f"{row['rate'] / baseline['rate']:.2f}x |")
+    return "\n".join(lines)
+
+
+def grid(root: Path, threads: list[int], processes: list[int], limit: int) -> str:
+    """The HTTP threads x processes grid as a markdown table of img/s."""
+    results: dict[tuple[int, int], float] = {}
+    with http_server(root) as base:
+        for p in processes:
+            for t in threads:
+                results[t, p] = measure(f"HTTP, {t} threads, {p} processes", run_http, base, root, t, p, limit)["rate"]
+    head = "| download threads \\ decode processes | " + " | ".join(str(p) for p in processes) + " |"
+    lines = [head, "|---" * (len(processes) + 1) + "|"]
+    lines += [f"| {t} | " + " | ".join(f"{results[t, p]:.0f}" for p in processes) + " |" for t in threads]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (fewer images)")
+    parser.add_argument("--images", type=int, default=None, help="images in the folder (default 3000, quick 640)")
+    parser.add_argument("--skip-grid", action="store_true", help="leave out the HTTP grid")
+    args = parser.parse_args(argv)
+    count = args.images or (640 if args.quick else 3000)
+    root = make_dataset(count)
+    sizes = [p.stat().st_size for p in list((root / "train").glob("*/*.jpg"))[:200]]
+    print(f"{count} JPEGs of 500x375 in {root}, {np.mean(sizes) / 1000:.0f} KB on average; "
+          f"RandomResizedCrop({SIZE}) + flip, batch {BATCH}, uint8; {os.cpu_count()} CPUs", flush=True)
+    a = measure("(a) torch DataLoader, 2 workers, PIL", run_dataloader, root)
+    b = measure("(b) tensorcom Pipeline, 2 processes", run_pipeline, root)
+    c = measure("(c) serve-imagenet-dir -P 2 -> Connection", run_served, root)
+    print()
+    print(table([a, b, c], a))
+    print(f"\n(b)/(a) = {b['rate'] / a['rate']:.2f} (target >= 2.0)   (c)/(b) = {c['rate'] / b['rate']:.2f} (target >= 0.9)")
+    if not args.skip_grid:
+        limit = 256 if args.quick else 1024
+        print(f"\nimages fetched from a local http.server, {limit} per cell, img/s:\n", flush=True)
+        print(grid(root, [1, 4] if args.quick else [1, 4, 16], [0, 2] if args.quick else [0, 1, 2], limit))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

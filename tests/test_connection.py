@@ -1,5 +1,8 @@
 """Connection in one process: every scheme pair over tcp, ipc and inproc, batches, epochs, limits."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import zmq
@@ -273,16 +276,24 @@ def test_early_markers_count_for_the_next_epoch(free_port):
             conn.close()
 
 
+def context_users():
+    """Open sockets on the shared context (other tests' leftovers included)."""
+    return sockets._users if sockets._context is not None else 0
+
+
 def test_close_twice_and_use_after_close(free_port):
+    before = context_users()
     conn = Connection(f"zpull://127.0.0.1:{free_port()}")
+    assert context_users() == before + 1
     conn.close()
     conn.close()
     with pytest.raises(TransportError):
         conn.recv()
-    assert sockets._context is None  # the shared context ends with its last socket
+    assert context_users() == before  # the shared context ends with its last socket
 
 
 def test_bind_conflict_and_bad_arguments(free_port):
+    before = context_users()
     url = f"zpull://127.0.0.1:{free_port()}"
     with Connection(url):
         with pytest.raises(TransportError, match="bind") as info:
@@ -297,7 +308,7 @@ def test_bind_conflict_and_bad_arguments(free_port):
     for bad in ({"protocol": 3}, {"timeout": -1}, {"epoch": 0}, {"group_size": 0}, {"converters": "jax"}):
         with pytest.raises(ValueError):
             Connection(**bad)
-    assert sockets._context is None
+    assert context_users() == before  # failed constructors closed their sockets
 
 
 def test_topics_select_publishers(free_port):
@@ -313,3 +324,19 @@ def test_topics_select_publishers(free_port):
             other.recv()
     with pytest.raises(ValueError, match="topic"):
         Connection([f"zsub://{where}#a", f"zsub://127.0.0.1:{free_port()}"])
+
+
+def test_no_context_or_thread_left_after_close(ipc_path):
+    code = f"""
+import threading
+from tensorcom import sockets
+from tensorcom.connection import Connection
+base = threading.active_count()
+a = Connection("zpull+ipc://{ipc_path()}")
+b = Connection("zpush+inproc://x")
+a.close(); b.close(); b.close()
+print(sockets._context is None, threading.active_count() <= base)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

@@ -108,3 +108,21 @@ def test_classes_easy_to_tell_apart():
         weights -= 2.0 * x.T @ grad
         bias -= 2.0 * grad.sum(0)
     assert ((x_test @ weights + bias).argmax(1) == y_test).mean() >= 0.9
+
+
+@pytest.mark.procs
+def test_concurrent_makers_agree(tmp_path, processes):
+    """Two processes making the same dataset at once: both end with one complete, intact tree."""
+    target = tmp_path / "shared"
+    procs = [processes.start(_make, str(target)) for _ in range(2)]
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    folder = ImageFolder(target / "train")
+    assert len(folder) == 60 and all(images.decode(folder.read(i)[0]).shape == (32, 32, 3)
+                                     for i in range(0, 60, 7))
+    assert [p.name for p in tmp_path.iterdir()] == ["shared"]
+
+
+def _make(root: str) -> None:
+    demodata.make_demo_dataset(root, **SMALL)

@@ -100,6 +100,8 @@ def test_url_rules():
         assign_urls("zpub://127.0.0.1:7000", 2)
     with pytest.raises(ValueError, match="sending scheme"):
         assign_urls("zpull://127.0.0.1:7000", 1)
+    with pytest.raises(ValueError, match="sharing"):
+        assign_urls("zshare://127.0.0.1:7000", 1)
     with pytest.raises(ValueError, match="inproc"):
         assign_urls("zpush+inproc://x", 1)
     with pytest.raises(ValueError, match="all bind or all connect"):

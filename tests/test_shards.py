@@ -208,3 +208,13 @@ def test_read_from_pipe(shard_dir):
     assert got == ALL_KEYS[10:15]
     with pytest.raises(OpenError, match="status 1"):
         list(shards.samples(f"pipe:cat {shard_dir}/nonexistent.tar 2>/dev/null"))
+
+
+@pytest.mark.procs
+def test_torch_dataloader_workers_share_the_shards(shard_dir):
+    torch_data = pytest.importorskip("torch.utils.data")
+    dataset = shards.ShardDataset(spec(shard_dir), shuffle_shards=True, seed=2, rank=0, world_size=1).as_torch()
+    loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60,
+                                   collate_fn=lambda sample: sample["__key__"])
+    got = list(loader)
+    assert sorted(got) == sorted(ALL_KEYS)

@@ -172,3 +172,21 @@ def test_end_of_data_without_end_blocks_is_accepted():
     data = make_tar([("a.txt", b"A")])
     assert members_of(data[:1024]) == [("a.txt", b"A")]
     assert members_of(b"") == []
+
+
+def rewrite_header(header: bytes, size_field: bytes | None = None, checksum_format: str = "%06o\0 ") -> bytes:
+    """`header` with another size field encoding and its checksum recomputed in `checksum_format`."""
+    block = bytearray(header)
+    if size_field is not None:
+        block[124:136] = size_field
+    block[148:156] = b" " * 8
+    block[148:156] = (checksum_format % sum(block)).encode().ljust(8, b"\0")
+    return bytes(block)
+
+
+def test_other_checksum_and_size_encodings():
+    data = make_tar([("a.txt", b"hello")], fmt=tarfile.GNU_FORMAT)
+    base256 = b"\x80" + (5).to_bytes(11, "big")
+    for size_field, checksum_format in ((None, "%07o\0"), (base256, "%06o\0 "), (b"5" + b" " * 11, "%o\0")):
+        changed = rewrite_header(data[:512], size_field, checksum_format) + data[512:]
+        assert members_of(changed) == [("a.txt", b"hello")], (size_field, checksum_format)

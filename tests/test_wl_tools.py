@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -174,7 +175,7 @@ def test_test_counts_samples_and_bytes(popen, data, extra):
     assert report["samples_per_s"] > 0 and report["mb_per_s"] > 0
 
 
-def no_process_with_marker(marker: str) -> list[int]:
+def processes_with_marker(marker: str) -> list[int]:
     """Pids of live processes whose environment holds `marker` (processes a tool left behind)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -206,7 +207,7 @@ def test_map_expression_in_order(popen, data, tmp_path, procs):
     assert [s["__key__"] for s in out] == [s["__key__"] for s in raw]
     assert [int(s["cls"]) for s in out] == [int(s["cls"]) + 10 for s in raw]
     assert out[3]["txt"] == b"TEXT 3" and out[3]["bin"] == raw[3]["bin"]
-    assert no_process_with_marker(marker) == []
+    assert processes_with_marker(marker) == []
 
 
 def test_map_module_function_drops_and_splits(popen, data, tmp_path):
@@ -230,7 +231,7 @@ def test_map_error_names_the_key_and_leaves_no_process(popen, data, tmp_path, pr
     expr = 'sample if sample["__key__"] != "s07" else 1 / 0'
     result = run(popen, "wl-map", url, "-e", expr, "-o", str(tmp_path / "o.tar"), "-p", procs, env=env)
     assert_usage_error(result, "ZeroDivisionError", "s07")
-    assert no_process_with_marker(marker) == []
+    assert processes_with_marker(marker) == []
 
 
 def test_map_bad_expression_and_module(popen, data):
@@ -273,7 +274,7 @@ def test_xargs_timeout_kills_command_and_background(popen, data, tmp_path):
     env, marker = marked_env()
     result = run(popen, "wl-xargs", url, "-c", "sleep 60 & sleep 60", "--timeout", "0.5", "-p", "2", env=env)
     assert_usage_error(result, "timed out", "s0")
-    assert no_process_with_marker(marker) == []
+    assert processes_with_marker(marker) == []
 
 
 def test_tools_read_every_shard_whatever_rank(popen, data):
@@ -281,3 +282,37 @@ def test_tools_read_every_shard_whatever_rank(popen, data):
     env = dict(os.environ, RANK="1", WORLD_SIZE="2")
     lines = run(popen, "wl-extract", url, env=env).stdout.decode().splitlines()
     assert lines == [f"s{i:02d}" for i in range(NSAMPLES)]
+
+
+def wait_until(predicate, timeout: float) -> bool:
+    """Poll `predicate` every 0.1 s until it is true or `timeout` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_xargs_killed_leaves_no_process(popen, data):
+    url, _ = data
+    env, marker = marked_env()
+    tool = popen.start(tool_command("wl-xargs") + [url, "-c", "sleep 60", "-p", "2"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the tool, two workers, and two commands (each a shell and its sleep) carry the marker
+    assert wait_until(lambda: len(processes_with_marker(marker)) >= 5, 30)
+    tool.kill()  # SIGKILL: no cleanup in the tool itself; the workers must notice and clean up
+    tool.wait(timeout=10)
+    assert wait_until(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
+
+
+def test_extract_reads_stdin_and_pipes(popen, data):
+    url, raw = data
+    first = raw[0]["__url__"]
+    with open(first, "rb") as stdin:
+        proc = popen.start(tool_command("wl-extract") + ["-", "-f", "__key__", "cls"], stdin=stdin,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    assert out.decode().splitlines() == [f"s{i:02d}\t{i % 3}" for i in range(PER_SHARD)]
+    # stopping early on a pipe: source is not an error, even though the command dies of SIGPIPE
+    result = run(popen, "wl-extract", f"pipe:cat {first}", "-c", "1")
+    assert result.returncode == 0 and result.stdout == b"s00\n", result.stderr

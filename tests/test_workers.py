@@ -233,3 +233,26 @@ def test_memory_steady_over_thousands_of_batches():
     growth = rss_bytes() - base
     assert growth < 30 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over 3500 batches of 64 KiB"
 
+
+
+def make_unpicklable(x):
+    return threading.Lock() if x == 2 else x
+
+
+@pytest.mark.procs
+def test_unpicklable_values_fail_with_worker_error_instead_of_hanging():
+    with pytest.raises(WorkerError, match="lock") as info:
+        list(parallel_map(range(5), make_unpicklable, workers=1, processes=True))
+    assert "pickle" in info.value.remote_traceback
+    with pytest.raises(WorkerError, match="cannot be sent"):
+        list(parallel_map([1, threading.Lock()], square, workers=1, processes=True))
+
+
+def exit_thread(x):
+    raise SystemExit(0)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_thread_that_dies_is_reported():
+    with pytest.raises(WorkerDied, match="thread"):
+        list(parallel_map(range(3), exit_thread, workers=1))

@@ -2,13 +2,15 @@
 
 Every random choice comes from the `rng` (a numpy Generator) passed in, so a seeded generator
 reproduces the same outputs. Given encoded bytes, the crop is chosen first from the header's size,
-the image is decoded at the smallest DCT scale that still covers the crop at the output size
-(imagecodec.open_scaled), and the crop is cut out inside one antialiased bilinear resize.
+the image (or only the crop's region, where tensorcom.tjcrop can) is decoded at the smallest DCT
+scale that still covers the crop at the output size (imagecodec.open_region), and the crop is cut
+out inside one antialiased bilinear resize (tensorcom.resample).
 """
 
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from tensorcom import imagecodec
@@ -26,27 +28,38 @@ def _check_size(size: int, name: str = "size") -> int:
     return int(size)
 
 
-def _source(image, needed: float) -> tuple[np.ndarray, tuple[int, int]]:
-    """(HW[C] uint8 array, (full width, full height)) from bytes (decoded at DCT scale >= needed)
-    or from an array (as it is)."""
+def _region(image, box: Box, needed: float) -> tuple[np.ndarray, Box]:
+    """(HW[C] uint8 array, the box in its coordinates) holding `box` (full-size pixels) of `image`:
+    bytes are decoded (only the region where possible, at a DCT scale >= needed), arrays used as is."""
     if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim not in (2, 3) or (
-                image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
-            raise ValueError(f"expected an HW or HWC uint8 array, got {image.dtype} {image.shape}")
-        if image.ndim == 3 and image.shape[2] == 1:
-            image = image[:, :, 0]
-        return image, (image.shape[1], image.shape[0])
+        return _checked_array(image), box
     if isinstance(image, (bytes, bytearray, memoryview)):
-        return imagecodec.open_scaled(bytes(image), needed)
+        return imagecodec.open_region(bytes(image), box, needed)
     raise TypeError(f"expected image bytes or a numpy array, got {type(image).__name__}")
 
 
-def _resized(arr: np.ndarray, full: tuple[int, int], box: Box, out: tuple[int, int], flip: bool,
-             backend: str) -> np.ndarray:
-    """Cut `box` (full-size coordinates) out of `arr` (possibly DCT-scaled), resize to `out` (w, h)."""
-    sx, sy = arr.shape[1] / full[0], arr.shape[0] / full[1]
-    scaled = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
-    return resize_box(np.ascontiguousarray(arr), scaled, out, flip, backend)
+def _checked_array(image: np.ndarray) -> np.ndarray:
+    """An HW or HWC (1, 3 or 4 channels) uint8 array as HW / HWC; ValueError for anything else."""
+    if image.dtype != np.uint8 or image.ndim not in (2, 3) or (
+            image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
+        raise ValueError(f"expected an HW or HWC uint8 array, got {image.dtype} {image.shape}")
+    return image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image
+
+
+def _full_size(image) -> tuple[int, int]:
+    """(width, height) of an array, or of encoded image bytes from their header."""
+    if isinstance(image, np.ndarray):
+        return image.shape[1], image.shape[0]
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return imagecodec.image_size(bytes(image))
+    raise TypeError(f"expected image bytes or a numpy array, got {type(image).__name__}")
+
+
+def _crop_resize(image, box: Box, out: tuple[int, int], flip: bool, backend: str) -> np.ndarray:
+    """`box` (full-size pixels) of `image` (bytes or array) resized to `out` (w, h), maybe mirrored."""
+    needed = min(out[0] / (box[2] - box[0]), out[1] / (box[3] - box[1]))
+    arr, inner = _region(image, box, needed)
+    return resize_box(np.ascontiguousarray(arr), inner, out, flip, backend)
 
 
 class RandomResizedCrop:
@@ -100,15 +113,8 @@ class RandomResizedCrop:
 
     def __call__(self, image, rng: np.random.Generator, flip: bool = False) -> np.ndarray:
         """Crop + resize `image` (bytes or array); `flip=True` also mirrors it left-right."""
-        if isinstance(image, np.ndarray):
-            im, full = _source(image, 1.0)
-        else:
-            width, height = imagecodec.image_size(bytes(image))
-            box = self.box(width, height, rng)
-            side = min(box[2] - box[0], box[3] - box[1])
-            im, full = _source(image, self.size / side)
-            return _resized(im, full, box, (self.size, self.size), flip, self.backend)
-        return _resized(im, full, self.box(*full, rng), (self.size, self.size), flip, self.backend)
+        box = self.box(*_full_size(image), rng)
+        return _crop_resize(image, box, (self.size, self.size), flip, self.backend)
 
 
 def hflip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
@@ -123,10 +129,10 @@ def hflip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.nda
 def resize(image, shorter_side: int, backend: str = "auto") -> np.ndarray:
     """Resize an array (or image bytes) so that its shorter side is `shorter_side` (bilinear, antialiased)."""
     shorter_side = _check_size(shorter_side, "shorter_side")
-    im, (w, h) = _source(image, 1.0)
+    w, h = _full_size(image)
     scale = shorter_side / min(w, h)
     out = (max(1, round(w * scale)), max(1, round(h * scale)))
-    return _resized(im, (w, h), (0, 0, w, h), out, False, check_backend(backend))
+    return _crop_resize(image, (0, 0, w, h), out, False, check_backend(backend))
 
 
 def center_crop(image: np.ndarray, size: int) -> np.ndarray:
@@ -235,13 +241,8 @@ class EvalTransform:
 
     def __call__(self, data, rng=None) -> np.ndarray:
         """(image bytes or array, ignored rng) -> the central crop."""
-        if isinstance(data, np.ndarray):
-            h, w = data.shape[:2]
-        else:
-            w, h = imagecodec.image_size(bytes(data))
-        box = _center_box(w, h, self.size, self.resize)
-        arr, full = _source(data, self.size / min(box[2] - box[0], box[3] - box[1]))
-        return self.finish(_resized(arr, full, box, (self.size, self.size), False, self.backend))
+        box = _center_box(*_full_size(data), self.size, self.resize)
+        return self.finish(_crop_resize(data, box, (self.size, self.size), False, self.backend))
 
 
 def eval_transform(size: int = 224, resize: int = 256, *, dtype="uint8", layout: str = "HWC",

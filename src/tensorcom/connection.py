@@ -25,9 +25,9 @@ import sys
 from typing import Any, Iterable, Iterator
 
 from tensorcom import settings, sockets, urls, wire
-from tensorcom.errors import EncodeError, TransportError
-from tensorcom.stats import SequenceTracker, Statistics
 from tensorcom.batchutil import batch_size, listify, prepare_batch, resolve_converters, transform_with
+from tensorcom.errors import TransportError
+from tensorcom.stats import SequenceTracker, Statistics
 
 DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
 

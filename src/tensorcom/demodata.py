@@ -166,8 +166,12 @@ def _complete(root: Path, params: dict) -> bool:
         return False
 
 
-def _replace(root: Path, made: Path) -> None:
-    """Move the freshly made tree `made` to `root`, removing a stale tree of ours there first."""
+def _replace(root: Path, made: Path, params: dict) -> None:
+    """Move the freshly made tree `made` to `root`, unless another process finished one there
+    first (then `made` is dropped); a stale tree of ours at `root` is removed first."""
+    if _complete(root, params):
+        shutil.rmtree(made, ignore_errors=True)
+        return
     if root.exists():
         strangers = {p.name for p in root.iterdir()} - _OURS
         if strangers:
@@ -176,7 +180,7 @@ def _replace(root: Path, made: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
     try:
         os.rename(made, root)
-    except OSError:  # another process put a finished tree there first
+    except OSError:  # another process put a tree there in the meantime: keep that one
         shutil.rmtree(made, ignore_errors=True)
 
 
@@ -206,5 +210,5 @@ def make_demo_dataset(root: str | os.PathLike | None = None, *, classes: int = 1
         _write_split(made, "train", per_class_train, names, size, rng)
         _write_split(made, "test", per_class_test, names, size, rng)
         (made / MARKER).write_text(json.dumps(params))
-        _replace(root, made)
+        _replace(root, made, params)
     return _dataset(root, names)

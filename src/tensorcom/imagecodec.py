@@ -6,8 +6,9 @@ through Pillow (whose JPEG path, used as a fallback, is also libjpeg-turbo, with
 
 Only power-of-two scales are used: libjpeg-turbo's other M/8 scales have no SIMD kernels and decode
 slower than the full image. Neither library decodes a region of a JPEG (libjpeg-turbo's
-`jpeg_crop_scanline` / `tj3SetCroppingRegion` are not exposed by simplejpeg or Pillow), so a crop is
-decoded at the smallest scale that still covers it, then cut out during the resize.
+`jpeg_crop_scanline` / `tj3SetCroppingRegion` are not exposed by simplejpeg or Pillow): `open_region`
+uses tensorcom.tjcrop for that when a libturbojpeg 3 is installed (PyPI `turbojpeg` bundles one),
+and otherwise decodes the whole image at the smallest scale that still covers the crop.
 
 Every failure to decode is raised as `tensorcom.errors.SampleError` saying what the bytes looked like.
 """
@@ -19,6 +20,7 @@ import math
 
 import numpy as np
 
+from tensorcom import tjcrop
 from tensorcom.errors import SampleError
 
 try:  # simplejpeg is optional (extra "images"); Pillow alone works, more slowly
@@ -138,6 +140,22 @@ def open_scaled(data: bytes, needed: float = 1.0, gray: bool = False
         full = im.size if scale == 1.0 else image_size(data)
         return np.array(im), full
     return (arr[:, :, 0] if gray else arr), header[:2]
+
+
+def open_region(data: bytes, box: tuple[float, float, float, float], needed: float = 1.0,
+                gray: bool = False) -> tuple[np.ndarray, tuple[float, float, float, float]]:
+    """Decode enough of `data` to cover `box` (left, top, right, bottom in full-size pixels) at the
+    smallest DCT scale >= `needed`: just the region where libjpeg-turbo 3 is available (tjcrop),
+    else the whole image. Returns (HWC uint8 RGB array, HW with `gray`; the box in its coordinates).
+    """
+    scale = pick_scale(needed)
+    if _jpeg_header(data) is not None and tjcrop.available():
+        region = tjcrop.decode_region(data, box, scale, gray)
+        if region is not None:
+            return region
+    arr, full = open_scaled(data, needed, gray)
+    sx, sy = arr.shape[1] / full[0], arr.shape[0] / full[1]
+    return arr, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
 
 
 def decode(data: bytes, mode: str = "rgb8") -> np.ndarray:

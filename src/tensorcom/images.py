@@ -11,9 +11,12 @@
     ImageFolder(root), ImageFolder.from_list(file), image_folder_root(dir)
     init_worker()                              in a loader worker process: enables torch's fast resize
 
-JPEGs decode through libjpeg-turbo (simplejpeg) at the smallest DCT scale that covers the crop;
-see imagecodec for what is and is not possible. Randomness comes only from the `rng` arguments.
-Undecodable bytes raise tensorcom.errors.SampleError.
+Speed: the crop is chosen from the JPEG header first; libjpeg-turbo then decodes at the smallest DCT
+scale (1, 1/2, 1/4, 1/8) that covers it at the output size (simplejpeg), and only the crop's region
+when a libturbojpeg 3 is installed (tensorcom.tjcrop; `pip install turbojpeg`); one antialiased
+bilinear resize cuts the crop out: Pillow's, or torch's (4x faster) in worker processes that called
+init_worker() (see tensorcom.resample). Randomness comes only from the `rng` arguments; transforms
+are picklable. Undecodable bytes raise tensorcom.errors.SampleError.
 """
 
 from __future__ import annotations

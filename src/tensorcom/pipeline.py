@@ -20,6 +20,7 @@ runs it — and `shuffle` draws from (seed, epoch, worker, stage). `set_epoch(e)
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -155,6 +156,11 @@ class Pipeline:
         return self._copy(worker=worker, num_workers=num_workers)
 
     def __iter__(self) -> Iterator[Any]:
+        """One epoch's items. Inside a torch DataLoader worker an unsharded pipeline takes that
+        worker's share by itself, so num_workers > 0 never duplicates samples."""
+        loader_worker = _torch_worker() if self.num_workers == 1 else None
+        if loader_worker is not None:
+            return self.shard(*loader_worker)._build(len(self.steps), self.epoch)
         return self._build(len(self.steps), self.epoch)
 
     def _build(self, count: int, epoch: int) -> Iterator[Any]:
@@ -224,6 +230,13 @@ class Pipeline:
     def __repr__(self) -> str:
         names = "".join(f".{s.kind}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})" for s in self.steps)
         return f"Pipeline({type(self.source).__name__}, seed={self.seed}){names}"
+
+
+def _torch_worker() -> tuple[int, int] | None:
+    """(id, num_workers) when running in a torch DataLoader worker (torch already imported), else None."""
+    torch = sys.modules.get("torch")
+    info = torch.utils.data.get_worker_info() if torch is not None and hasattr(torch, "utils") else None
+    return None if info is None else (info.id, info.num_workers)
 
 
 def _step_length(step: Step, size: int | None) -> int | None:

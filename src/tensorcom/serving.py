@@ -98,6 +98,9 @@ def assign_urls(urls: Any, workers: int | None) -> tuple[list[list[str]], bool]:
     for e in endpoints:
         if not e.sends:
             raise ValueError(f"{e.url}: serve sends batches; use a sending scheme (zpush, zrpush, zpub, zrpub)")
+        if e.sharing:
+            raise ValueError(f"{e.url}: {e.scheme}:// is the sharing protocol; serve sends with Connection "
+                             "schemes (zpush, zrpush, zpub, zrpub)")
         if e.transport == "inproc":
             raise ValueError(f"{e.url}: inproc URLs only work inside one process; serve's workers are "
                              "processes, so use ipc:// or tcp://")

@@ -217,6 +217,24 @@ class ShardDataset:
             if decoded is not None:
                 yield decoded
 
+    def as_torch(self) -> Any:
+        """This dataset as a torch.utils.data.IterableDataset (imports torch), for DataLoader: each
+        DataLoader worker then reads its own share of the shards."""
+        import torch.utils.data
+
+        class TorchShardDataset(torch.utils.data.IterableDataset):
+            def __init__(self, dataset: ShardDataset):
+                super().__init__()
+                self.dataset = dataset
+
+            def __iter__(self) -> Iterator[dict[str, Any]]:
+                return iter(self.dataset)
+
+            def __len__(self) -> int:
+                return len(self.dataset)
+
+        return TorchShardDataset(self)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         rank, world_size = node_and_world(*self.node)
         worker, num_workers = worker_and_count(*self.worker)

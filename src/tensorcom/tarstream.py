@@ -140,6 +140,17 @@ def _byte_sum(header: bytes) -> int:
             + (adler32(header[400:]) & 0xFFFF) - 3 + 8 * 32)
 
 
+def _expected_adler(field: bytes) -> int:
+    """The low half of adler32(header) that a header whose checksum field is `field` must have,
+    or -1 when the field is not the usual six octal digits then NUL or space (-> slow check)."""
+    try:
+        if field[6] not in (0, 32):
+            return -1
+        return (int(field[:6], 8) + (adler32(field) & 0xFFFF) - 256) % 65521
+    except ValueError:
+        return -1
+
+
 def _check_header(header: bytes, url: str, previous: str | None) -> None:
     stored = _octal(header[148:156], url, "checksum", previous)
     if stored != _byte_sum(header):
@@ -197,9 +208,10 @@ def _special(kind: int, data: bytes, override: dict[str, str] | None, url: str,
 
 
 def _members(stream: IO[bytes], url: str) -> Iterator[tuple[str, bytes]]:
-    read = stream.read
+    read, checksum, regular, magic = stream.read, adler32, _REGULAR, _POSIX_MAGIC  # locals: a hot loop
     previous: str | None = None
     override: dict[str, str] | None = None  # from pax / GNU long-name headers, for the next member
+    known: dict[bytes, int] = {}  # 8-byte checksum field -> expected adler32 low half; 12-byte size -> size
     header = read(BLOCK)
     while True:
         if len(header) < BLOCK:
@@ -208,36 +220,36 @@ def _members(stream: IO[bytes], url: str) -> Iterator[tuple[str, bytes]]:
             return  # end of data on a block boundary: accepted, like tarfile
         if not header[0] and not header.strip(b"\0"):
             return  # end-of-archive marker
-        try:  # fast path: the usual checksum field (six octal digits, then NUL or space); see _byte_sum
-            valid = header[154] in (0, 32) and (
-                int(header[148:154], 8) + (adler32(header[148:156]) & 0xFFFF) - 256) % 65521 == (
-                adler32(header) & 0xFFFF)
-        except ValueError:
-            valid = False
-        if not valid:
+        field = header[148:156]  # fast path: known checksum fields and sizes come from caches
+        expected = known.get(field)
+        if expected is None:
+            expected = _expected_adler(field)
+            if len(known) > 100000:
+                known.clear()
+            known[field] = expected
+        if expected != checksum(header) & 0xFFFF:
             _check_header(header, url, previous)
-        try:
-            size = int(header[124:135], 8)
-        except ValueError:
-            size = _octal(header[124:136], url, "size", previous)
+        size = known.get(header[124:136])
+        if size is None:
+            size = known[header[124:136]] = _octal(header[124:136], url, "size", previous)
         end = header.find(b"\0", 0, 100)
         raw = header[:end] if end >= 0 else header[:100]
-        if header[345] and header[257:265] == _POSIX_MAGIC:
+        if header[345] and header[257:265] == magic:
             raw = header[345:500].split(b"\0", 1)[0] + b"/" + raw
         name = raw.decode("utf-8", "surrogateescape")
         if override:
             name, size = override.get("path", name), int(override.get("size", size))
-        kind, pad = header[156], -size % BLOCK
+        kind, pad = header[156], -size % 512
         data = read(size)
         if len(data) != size:
             raise TarFormatError(f"truncated member: {len(data)} of {size} bytes", url=url, member=name)
-        header = read(pad + BLOCK)  # the padding, then the next header
+        header = read(pad + 512)  # the padding, then the next header
         if pad:
             if len(header) < pad:
                 raise TarFormatError("truncated member padding", url=url, member=name)
             header = header[pad:]
         previous = name
-        if kind in _REGULAR:
+        if kind in regular:
             override = None
             if name[:2] != "__" or not _META.match(name):
                 yield name, data
@@ -262,7 +274,8 @@ def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handl
     A repeated extension within a sample is a SampleError; under a continuing `handler` the whole
     sample is dropped and counted. Names without an extension are ignored.
     """
-    current: dict[str, Any] | None = None
+    current: dict[str, Any] = {}
+    key_now: str | None = None
     bad = False
     for name, data in members:
         slash = name.rfind("/")
@@ -270,18 +283,18 @@ def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handl
         if dot <= slash + 1:
             continue
         key, ext = name[:dot], name[dot + 1:].lower()
-        if current is None or key != current["__key__"]:
-            if current is not None and not bad:
+        if key != key_now:
+            if key_now is not None and not bad:
                 yield current
-            current, bad = {"__key__": key, "__url__": url}, False
+            current, key_now, bad = {"__key__": key, "__url__": url, ext: data}, key, False
         elif ext in current:
             if not bad:
                 error = SampleError(f"extension {ext!r} repeated in sample {key!r}", url=url, member=name)
                 handle(error, handler, counts, "samples")
                 bad = True
-            continue
-        current[ext] = data
-    if current is not None and not bad:
+        else:
+            current[ext] = data
+    if key_now is not None and not bad:
         yield current
 
 

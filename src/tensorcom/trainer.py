@@ -188,13 +188,19 @@ def _torch_model(classes: int, channels: int):
 
 
 class TorchTrainer:
-    """A small CNN trained with Adam on the CPU; images (N, H, W, C) are converted to NCHW float."""
+    """A small CNN trained with Adam on the CPU; images (N, H, W, C) are converted to NCHW float.
+
+    `threads` (default 1) sets torch's intra-op threads for the process: this model is too small to
+    gain from more, and with the data server on the other cores, extra threads only spin and wait.
+    """
 
     backend = "torch"
 
-    def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None):
+    def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None, threads: int | None = 1):
         import torch
 
+        if threads:
+            torch.set_num_threads(threads)
         self.torch = torch
         self.classes = classes
         self.lr = 3e-3 if lr is None else float(lr)

@@ -47,8 +47,10 @@ def apply(fn: Callable, sample: Any, rng_key: RngKey | None, position: int) -> A
 def worker_loop(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop: Any, ident: int, local: bool) -> None:
     """Take `(position, sample)` tasks from `inq` until `stop` is set; put results on `outq`.
 
-    The same loop runs in a thread (`local=True`: the exception object itself travels along) or in a
-    process (only its text does). A task of None also ends the loop.
+    The same loop runs in a thread (`local=True`: objects pass as they are, and a failure carries the
+    exception itself) or in a process: there tasks and results travel as pickled bytes, pickled here
+    so that an unpicklable result is reported as this sample's failure instead of being lost in the
+    queue's feeder thread. A task of None also ends the loop.
     """
     while not stop.is_set():
         try:
@@ -57,9 +59,10 @@ def worker_loop(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop:
             continue
         if task is None:
             return
-        position, sample = task
+        position, sample = task if local else pickle.loads(task)
         try:
-            outq.put((position, True, apply(fn, sample, rng_key, position)))
+            result = (position, True, apply(fn, sample, rng_key, position))
+            outq.put(result if local else pickle.dumps(result, pickle.HIGHEST_PROTOCOL))
         except Exception as exc:
             key = sample_key(sample) or getattr(exc, "tensorcom_key", None)
             failure = (ident, repr(exc), traceback.format_exc(), key, exc if local else None)
@@ -122,21 +125,35 @@ class _Pool:
         for worker in self.workers:
             worker.start()
 
+    def put(self, position: int, sample: Any) -> None:
+        """Queue one task; for processes it is pickled here, so a bad sample fails in the caller."""
+        task = (position, sample)
+        if self.processes:
+            try:
+                task = pickle.dumps(task, pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise WorkerError(f"sample {position} cannot be sent to a worker process: {exc!r}",
+                                  key=sample_key(sample)) from exc
+        self.inq.put(task)
+
     def get(self) -> tuple[int, bool, Any]:
-        """The next result; WorkerDied when a worker process ended without answering."""
+        """The next result; WorkerDied when a worker ended without answering."""
         while True:
             try:
-                return self.outq.get(timeout=POLL)
+                message = self.outq.get(timeout=POLL)
+                return pickle.loads(message) if isinstance(message, bytes) else message
             except queue.Empty:
-                if self.processes:
-                    self._check_alive()
+                self._check_alive()
 
     def _check_alive(self) -> None:
-        for ident, proc in enumerate(self.workers):
-            if proc.exitcode is not None:
-                code = proc.exitcode
+        for ident, worker in enumerate(self.workers):
+            if not self.processes:
+                if not worker.is_alive():
+                    raise WorkerDied(f"map worker thread {ident} ended unexpectedly")
+            elif worker.exitcode is not None:
+                code = worker.exitcode
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                raise WorkerDied(f"map worker process {ident} (pid {proc.pid}) {how}")
+                raise WorkerDied(f"map worker process {ident} (pid {worker.pid}) {how}")
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes still alive after ~1 s are terminated, then killed."""
@@ -201,7 +218,7 @@ def _drive(samples: Iterator, pool: _Pool, buffer: int, ordered: bool) -> Iterat
     while True:
         while not exhausted and submitted - yielded < buffer:
             try:
-                pool.inq.put((submitted, next(samples)))
+                pool.put(submitted, next(samples))
                 submitted += 1
             except StopIteration:
                 exhausted = True

@@ -67,7 +67,8 @@ def load_function(spec: str) -> Callable[[dict], Any]:
         raise ValueError(f"-m wants MODULE:FUNC, got {spec!r}")
     if module_name.endswith(".py"):
         path = os.path.abspath(module_name)
-        loader_spec = importlib.util.spec_from_file_location(f"_wl_map_{abs(hash(path))}", path)
+        name = "_wl_map_" + os.path.splitext(os.path.basename(path))[0]
+        loader_spec = importlib.util.spec_from_file_location(name, path)
         if loader_spec is None or not os.path.exists(path):
             raise ValueError(f"-m {spec!r}: no such file {path!r}")
         module = importlib.util.module_from_spec(loader_spec)
@@ -86,7 +87,8 @@ def load_function(spec: str) -> Callable[[dict], Any]:
 
 
 def transform(sample: dict, expr: str | None, module: str | None, image: str) -> list[dict]:
-    """Apply the expression or the module function to one raw sample: the list of output samples."""
+    """Apply the expression or the module function to one raw sample: the list of output samples,
+    already encoded to bytes by extension (so encoding runs in the workers, and its errors name the key)."""
     func = functools.partial(eval_expr, expr) if expr is not None else _cached_function(module)
     result = func(wlcommon.decode(sample, image))
     if result is None or result is False:
@@ -96,7 +98,9 @@ def transform(sample: dict, expr: str | None, module: str | None, image: str) ->
         if not isinstance(out, dict):
             raise TypeError(f"the transform must give a dict, a list of dicts or None, got {type(out).__name__}")
         out.setdefault("__key__", sample.get("__key__"))
-    return [wlcommon.writable(out) for out in outputs]
+    from tensorcom.shards import encode_sample
+
+    return [encode_sample(wlcommon.writable(out)) for out in outputs]
 
 
 @functools.lru_cache(maxsize=8)
@@ -108,7 +112,7 @@ def _cached_function(spec: str) -> Callable[[dict], Any]:
 def results(args) -> Any:
     """Lists of output samples, one list per input sample, in input order."""
     if args.module is not None:
-        load_function(args.module)  # fail early, in this process, on a bad -m
+        _cached_function(args.module)  # fail early, in this process, on a bad -m
     else:
         _compiled(args.expr)  # a SyntaxError here is a ValueError-like usage error
     job = functools.partial(transform, expr=args.expr, module=args.module, image=args.decode)

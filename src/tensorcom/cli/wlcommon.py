@@ -12,6 +12,8 @@ import itertools
 import sys
 from typing import Any, Iterator
 
+from tensorcom.errors import ShardError
+
 SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
 DECODE_CHOICES = ("none", "rgb8", "rgb", "l8", "l", "rgba8", "rgba", "pil")
 _NUMPY_INLINE_LIMIT = 16  # arrays with more elements print as a summary
@@ -96,9 +98,10 @@ def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = No
     try:
         yield from itertools.islice(stream, skip, stop)
     finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()
+        try:
+            stream.close()
+        except ShardError:
+            pass  # only an early stop gets here: a `pipe:` source killed by SIGPIPE, say; not an error for us
 
 
 def shard_list(url: str) -> list[str]:

@@ -56,10 +56,12 @@ def _worker(func: Callable[[Any], Any], tasks, results, parent_pid: int) -> None
     """Worker loop: apply func to tasks until a None task arrives or the parent process is gone.
 
     SIGTERM sets a flag: the worker stops before its next task, and tasks that wait poll should_stop().
+    SIGINT (Ctrl-C reaches the whole process group) is left to the consumer, which then stops us.
     """
     global _parent_pid
     _parent_pid = parent_pid
     signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while not should_stop():
         try:
             task = tasks.get(timeout=_POLL_S)
@@ -108,7 +110,7 @@ def ordered_map(func: Callable[[Any], Any], items: Iterable[Any], processes: int
 
 
 def _drive(items: Iterator[Any], tasks, results, workers: list, window: int) -> Iterator[Any]:
-    """Feed tasks, collect results, and yield them in index order."""
+    """Feed tasks, collect results, and yield them (or raise their failures) in index order."""
     done: dict[int, Any] = {}
     sent = emitted = 0
     exhausted = False
@@ -123,12 +125,13 @@ def _drive(items: Iterator[Any], tasks, results, workers: list, window: int) -> 
         if exhausted and emitted == sent:
             return
         index, ok, payload = _next_result(results, workers)
-        if not ok:
-            message, remote_traceback, key = payload
-            raise WorkerError(message, remote_traceback, key=key)
-        done[index] = payload
-        while emitted in done:
-            yield done.pop(emitted)
+        done[index] = (ok, payload)
+        while emitted in done:  # a failure is raised in its turn, so the first failing item is reported
+            ok, payload = done.pop(emitted)
+            if not ok:
+                message, remote_traceback, key = payload
+                raise WorkerError(message, remote_traceback, key=key)
+            yield payload
             emitted += 1
 
 

@@ -1,0 +1,234 @@
+"""serve-imagenet-dir, serve-imagenet-shards and `tensorcom serve` as real subprocesses feeding a real
+receiving Connection on 127.0.0.1: shapes, dtypes, labels, epoch ends, -P, -B, -n, bad arguments."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorcom import Connection
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+CLASSES, PER_CLASS, SIZE = 3, 6, 32
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> list[str]:
+    """The console script `name` of this environment, or the equivalent `python -m` command."""
+    script = BIN / name
+    if script.exists():
+        return [str(script)]
+    if name == "tensorcom":
+        return [sys.executable, "-m", "tensorcom.cli.main"]
+    return [sys.executable, "-m", "tensorcom.cli.serve_imagenet", name.rsplit("-", 1)[1]]
+
+
+def jpeg(rng: np.random.Generator, label: int) -> bytes:
+    """A small JPEG whose colour depends on its label."""
+    import simplejpeg
+
+    image = rng.integers(0, 60, (40, 48, 3), dtype=np.uint8)
+    image[..., label] += 150
+    return simplejpeg.encode_jpeg(image, quality=90)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """DIR/train/<class>/*.jpg with CLASSES classes of PER_CLASS images (0.1's layout)."""
+    root = tmp_path_factory.mktemp("imagenet")
+    rng = np.random.default_rng(0)
+    for label in range(CLASSES):
+        folder = root / "train" / f"class{label}"
+        folder.mkdir(parents=True)
+        for i in range(PER_CLASS):
+            (folder / f"{i}.jpg").write_bytes(jpeg(rng, label))
+    return root
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> str:
+    """Two tar shards of jpg + cls samples; returns their brace pattern."""
+    from tensorcom.shards import TarWriter
+
+    root = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(1)
+    for shard in range(2):
+        with TarWriter(str(root / f"part-{shard}.tar")) as sink:
+            for i in range(PER_CLASS * CLASSES // 2):
+                label = i % CLASSES
+                sink.write({"__key__": f"s{shard}-{i}", "jpg": jpeg(rng, label), "cls": str(label)})
+    return str(root / "part-{0..1}.tar")
+
+
+def receive(conn: Connection, epochs: int) -> list[list]:
+    """The batches of `epochs` epochs, one list per epoch."""
+    return [[batch for batch in conn] for _ in range(epochs)]
+
+
+def check_batches(batches: list, size: int = SIZE, dtype=np.uint8) -> np.ndarray:
+    """Assert each batch is [images (N, size, size, 3) dtype, labels int32 in range]; all labels."""
+    assert batches
+    for images, labels in batches:
+        assert images.dtype == dtype and images.shape[1:] == (size, size, 3)
+        assert labels.dtype == np.int32 and labels.shape == images.shape[:1]
+        assert 0 <= labels.min() and labels.max() < CLASSES
+    return np.concatenate([labels for _, labels in batches])
+
+
+def finish(proc: subprocess.Popen) -> None:
+    """Assert the server ends by itself with status 0."""
+    assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def test_dir_server_sends_augmented_epochs(tree, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE),
+                            "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+        epochs = receive(conn, 2)
+    for batches in epochs:
+        labels = check_batches(batches)
+        assert sorted(labels) == sorted(list(range(CLASSES)) * PER_CLASS)  # every image once per epoch
+        assert [len(b[1]) for b in batches] == [4, 4, 4, 4, 2]
+    first = np.concatenate([images for images, _ in epochs[0]])
+    second = np.concatenate([images for images, _ in epochs[1]])
+    assert not np.array_equal(first, second)  # a new shuffle and new crops each epoch
+    finish(proc)
+
+
+def test_parallel_publishers_split_the_data(tree, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "5", "--size", "24",
+                            "-P", "2", "-w", "1", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
+                           stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1)
+    labels = check_batches(batches, size=24)
+    assert sorted(labels) == sorted(list(range(CLASSES)) * PER_CLASS)
+    finish(proc)
+
+
+def test_normalize_sends_float32(tree, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "6", "--size", "16", "-n", "-S",
+                            "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1)
+    check_batches(batches, size=16, dtype=np.float32)
+    images = np.concatenate([images for images, _ in batches])
+    assert images.min() < -0.5 and images.max() > 1.0  # ImageNet mean/std normalization, not [0, 1]
+    assert [list(labels) for _, labels in batches][0] == [0] * 6  # -S: file order
+    finish(proc)
+
+
+def test_benchmark_mode_repeats_one_batch(tree, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE), "-B",
+                            "--count", "7", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1)
+    check_batches(batches)
+    assert len(batches) == 7
+    assert all(np.array_equal(b[0], batches[0][0]) and np.array_equal(b[1], batches[0][1]) for b in batches)
+    finish(proc)
+
+
+def test_default_pub_sub_with_benchmark(tree, popen, free_port):
+    port = free_port()
+    proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "2", "--size", "16", "-B", "-r", "0",
+                        f"zpub://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+    with Connection(f"zsub://127.0.0.1:{port}", epoch=3, timeout=30) as conn:
+        batches = [batch for batch in conn]  # PUB/SUB never ends by itself: epoch=3 bounds the pass
+    assert len(batches) == 3
+    check_batches(batches, size=16)
+    assert proc.poll() is None  # still serving, forever by default
+
+
+def test_shards_server(shards, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("serve-imagenet-shards"), "-u", shards, "-b", "4", "--size", "20", "-S", "-P", "2",
+                            "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+        epochs = receive(conn, 2)
+    total = np.concatenate([check_batches(batches, size=20) for batches in epochs])
+    assert sorted(total) == sorted(list(range(CLASSES)) * PER_CLASS * 2)
+    finish(proc)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-b", "0"],
+        ["--size", "big"],
+        ["-d", "/nonexistent/imagenet"],
+        ["zpull://127.0.0.1:7999"],
+        ["nonsense://127.0.0.1:7999"],
+        ["-P", "2", "zpub://127.0.0.1:7999"],
+        ["--no-such-option"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tree, args):
+    command = [*tool("serve-imagenet-dir"), *(args if "-d" in args else ["-d", str(tree), *args])]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "error" in result.stderr
+
+
+def test_shards_needs_url():
+    result = subprocess.run(tool("serve-imagenet-shards"), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "-u" in result.stderr
+
+
+USER_MODULE = '''
+import numpy as np
+import tensorcom
+
+def batches():
+    return [[np.full((2, 3), i, np.float32), np.array([i, i], np.int32)] for i in range(6)]
+
+def pipeline():
+    return tensorcom.Pipeline(range(12)).map(as_sample).batch(3)
+
+def as_sample(i):
+    return np.full(4, i, np.float32), np.int32(i)
+
+def not_batches():
+    return 42
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path) -> Path:
+    (tmp_path / "usermod_h7.py").write_text(textwrap.dedent(USER_MODULE))
+    return tmp_path
+
+
+@pytest.mark.parametrize("function, workers, expected", [("batches", "1", [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]),
+                                                         ("pipeline", "2", list(range(12)))])
+def test_tensorcom_serve_user_function(user_module, popen, free_port, function, workers, expected):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("tensorcom"), "serve", f"usermod_h7:{function}", f"zpush://127.0.0.1:{port}",
+                            "-w", workers, "--epochs", "2", "-r", "0"], cwd=user_module, stderr=subprocess.PIPE, text=True)
+        epochs = receive(conn, 2)
+    received = sorted(int(x) for batches in epochs for batch in batches for x in batch[1])
+    assert received == sorted(expected * 2)
+    finish(proc)
+
+
+@pytest.mark.parametrize("factory", ["usermod_h7:missing", "usermod_h7", "no_such_module_h7:f", "usermod_h7:not_batches"])
+def test_tensorcom_serve_bad_factory(user_module, free_port, factory):
+    command = [*tool("tensorcom"), "serve", factory, f"zpush://127.0.0.1:{free_port()}", "--epochs", "1", "-r", "0"]
+    result = subprocess.run(command, cwd=user_module, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and factory.split(":")[0] in errors[0]
