@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -50,8 +51,8 @@ def synthetic_photo(rng: np.random.Generator, height: int = 375, width: int = 50
     coarse = rng.integers(0, 256, (6, 8, 3)).astype(np.uint8)
     image = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BILINEAR)).astype(np.float32)
     texture = rng.normal(0, 1, (height // 4 + 1, width // 4 + 1, 3)).astype(np.float32)
-    image += np.repeat(np.repeat(texture, 4, 0), 4, 1)[:height, :width] * 22
-    image += rng.normal(0, 6, (height, width, 3)).astype(np.float32)
+    image += np.repeat(np.repeat(texture, 4, 0), 4, 1)[:height, :width] * 18
+    image += rng.normal(0, 5, (height, width, 3)).astype(np.float32)
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
@@ -151,6 +152,7 @@ def run_dataloader(root: Path, timer: "Timer") -> int:
     from torch.utils.data import DataLoader
 
     loader = DataLoader(PILFolder(image_files(root)), batch_size=BATCH, shuffle=True, num_workers=2)
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     iterator = iter(loader)
     for images, labels in iterator:
         timer.tick(check_batch(images.numpy(), labels.numpy()))

@@ -7,7 +7,8 @@ process and connects; the receiver (this process) binds, throws away `--warmup` 
 `--batches` more. The baseline is raw pyzmq at its best: the batch as one pre-built frame, sent with
 copy=False and received with copy=False, with the same small high-water mark. Connection rows:
 protocol 2 multipart (the default), and for information protocol 1 and single-part messages.
-Each configuration runs `--repeats` times, interleaved; the table shows the best run of each.
+Each configuration runs `--repeats` times, interleaved; the table shows the best run of each, the
+ratio of the best runs, and the median over repeats of the ratio to the raw run just before it.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def main() -> None:
     ctx = multiprocessing.get_context("spawn")
     nbytes = sum(int(np.prod(s)) * (1 if i == 0 else 4) for i, s in enumerate(SHAPES))
     best: dict = {}
+    paired: dict = {}  # (transport, method) -> ratios to the raw run just before it, one per repeat
     port = 20000 + os.getpid() % 20000
     with tempfile.TemporaryDirectory(prefix="tc-bench-", dir="/tmp") as tmp:
         for _ in range(args.repeats):
@@ -135,15 +137,25 @@ def main() -> None:
                     seconds = method(addresses(transport, port, tmp), args, ctx)
                     key = (transport, name)
                     best[key] = min(best.get(key, float("inf")), seconds)
+                    raw = seconds if name == METHODS[0][0] else raw
+                    paired.setdefault(key, []).append(raw / seconds)
+    print_table(args, nbytes, best, paired)
+
+
+def print_table(args: argparse.Namespace, nbytes: int, best: dict, paired: dict) -> None:
+    """The markdown table: best rate of each method, ratio of bests, median of paired ratios."""
     print(f"batch {nbytes / 1e6:.1f} MB, {args.batches} batches timed, best of {args.repeats}, hwm {args.hwm}")
-    print(f"| transport | method | batches/s | GB/s | ratio vs raw |\n|---|---|---:|---:|---:|")
+    print("| transport | method | batches/s | GB/s | ratio vs raw (best/best) | median paired ratio |")
+    print("|---|---|---:|---:|---:|---:|")
     for transport in args.transports.split(","):
         raw = best[(transport, METHODS[0][0])]
         for name, _ in METHODS:
             seconds = best[(transport, name)]
             rate = args.batches / seconds
-            print(f"| {transport} | {name} | {rate:.1f} | {rate * nbytes / 1e9:.2f} | {raw / seconds:.2f} |")
-
+            ratios = sorted(paired[(transport, name)])
+            median = ratios[len(ratios) // 2]
+            print(f"| {transport} | {name} | {rate:.1f} | {rate * nbytes / 1e9:.2f} | {raw / seconds:.2f} "
+                  f"| {median:.2f} |")
 
 if __name__ == "__main__":
     main()

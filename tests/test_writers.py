@@ -107,13 +107,15 @@ def test_pipe_and_fsspec_destinations(tmp_path):
 def test_webdataset_reads_ours_and_we_read_theirs(tmp_path):
     wds = pytest.importorskip("webdataset")
     items = some_samples(7) + [{"__key__": "dir/long" + "x" * 120, "seg.txt": "long name", "txt.gz": "gz"}]
-    with TarWriter(str(tmp_path / "ours.tar")) as writer:
-        for sample in items:
-            writer.write(sample)
-    with wds.TarWriter(str(tmp_path / "theirs.tar")) as writer:
-        for sample in items:
-            writer.write(dict(sample))
-    for name in ("ours.tar", "theirs.tar"):
+    for name in ("ours.tar", "ours.tgz"):
+        with TarWriter(str(tmp_path / name)) as writer:
+            for sample in items:
+                writer.write(sample)
+    for name in ("theirs.tar", "theirs.tgz"):
+        with wds.TarWriter(str(tmp_path / name)) as writer:
+            for sample in items:
+                writer.write(dict(sample))
+    for name in ("ours.tar", "ours.tgz", "theirs.tar", "theirs.tgz"):
         url = str(tmp_path / name)
         theirs = [{k: v for k, v in s.items() if k != "__local_path__"}
                   for s in wds.WebDataset(url, shardshuffle=False)]

@@ -106,14 +106,24 @@ class PipeStream(io.RawIOBase):
         if status != 0:
             raise OpenError(f"command {self.cmd!r} exited with status {status}", url=self.url)
 
+    def _stop_early(self) -> None:
+        """Stop a command whose output is no longer read; dying of SIGPIPE or our SIGTERM is no error."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.proc.wait(timeout=self.timeout) in (141, 143, -13, -15):
+            self.checked = True
+
     def close(self) -> None:
         if self.closed:
             return
         try:
             self.pipe.close()
-            if self.mode == "rb" and self.proc.poll() is None:
-                self.checked = True  # the reader stopped early: the command's status no longer matters
-                self.proc.terminate()
+            if self.mode == "rb" and not self.checked:  # the reader stopped before the end of data
+                self._stop_early()
             self._check(self.proc.wait(timeout=self.timeout))
         finally:
             super().close()

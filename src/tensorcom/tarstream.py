@@ -124,7 +124,7 @@ def _octal(field: bytes, url: str, what: str, member: str | None) -> int:
     if field[0] & 0x80:  # GNU base-256 for large values
         return int.from_bytes(field[1:], "big")
     try:
-        return int(field.replace(b"\0", b" ").strip() or b"0", 8)
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
     except ValueError:
         raise TarFormatError(f"bad {what} field {field!r} in tar header", url=url, member=member) from None
 
@@ -133,8 +133,9 @@ def _byte_sum(header: bytes) -> int:
     """Sum of the header's bytes with the checksum field counted as spaces, from zlib.adler32's low
     half (1 + sum mod 65521) over pieces short enough (<= 256 bytes) that no modulo is taken.
 
-    _members' fast path checks the same sum modulo 65521 with one adler32 over the whole header: a
-    corruption passes it only if it shifts the byte sum by a multiple of 65521 (over 256 bytes changed).
+    _members' fast path (_expected_adler) checks the same sum modulo 65521 with one adler32 over the
+    whole header: a corruption passes it only if it shifts the byte sum by a multiple of 65521, which
+    takes more than 256 changed bytes; anything the fast path rejects gets this exact check.
     """
     return ((adler32(header[:148]) & 0xFFFF) + (adler32(header[156:400]) & 0xFFFF)
             + (adler32(header[400:]) & 0xFFFF) - 3 + 8 * 32)
@@ -158,13 +159,6 @@ def _check_header(header: bytes, url: str, previous: str | None) -> None:
         if stored != signed:
             where = f"header after {previous!r}" if previous else "first header"
             raise TarFormatError(f"bad tar header checksum ({where})", url=url, member=previous)
-
-
-def _header_name(header: bytes) -> str:
-    name = header[:100].split(b"\0", 1)[0]
-    if header[257:265] == _POSIX_MAGIC and header[345]:
-        name = header[345:500].split(b"\0", 1)[0] + b"/" + name
-    return name.decode("utf-8", "surrogateescape")
 
 
 def _pax_records(data: bytes, url: str, member: str | None) -> dict[str, str]:

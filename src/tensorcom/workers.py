@@ -30,6 +30,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator
 
+from tensorcom import procpipe
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.stages import sample_key, sample_rng
 
@@ -48,9 +49,9 @@ def worker_loop(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop:
     """Take `(position, sample)` tasks from `inq` until `stop` is set; put results on `outq`.
 
     The same loop runs in a thread (`local=True`: objects pass as they are, and a failure carries the
-    exception itself) or in a process: there tasks and results travel as pickled bytes, pickled here
-    so that an unpicklable result is reported as this sample's failure instead of being lost in the
-    queue's feeder thread. A task of None also ends the loop.
+    exception itself) or in a process: there tasks arrive as pickled bytes and `outq` is a
+    procpipe.PipeSender, which pickles in this thread, so an unpicklable result is reported as this
+    sample's failure. A task of None also ends the loop.
     """
     while not stop.is_set():
         try:
@@ -61,8 +62,7 @@ def worker_loop(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop:
             return
         position, sample = task if local else pickle.loads(task)
         try:
-            result = (position, True, apply(fn, sample, rng_key, position))
-            outq.put(result if local else pickle.dumps(result, pickle.HIGHEST_PROTOCOL))
+            outq.put((position, True, apply(fn, sample, rng_key, position)))
         except Exception as exc:
             key = sample_key(sample) or getattr(exc, "tensorcom_key", None)
             failure = (ident, repr(exc), traceback.format_exc(), key, exc if local else None)
@@ -82,13 +82,12 @@ def watch_parent(parent_pid: int, interval: float = 0.2) -> threading.Thread:
     return thread
 
 
-def process_main(fn: Callable, rng_key: RngKey | None, inq: Any, outq: Any, stop: Any, ident: int, parent_pid: int) -> None:
-    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run `worker_loop`."""
+def process_main(fn: Callable, rng_key: RngKey | None, inq: Any, writer: Any, stop: Any, ident: int, parent_pid: int) -> None:
+    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run `worker_loop` with
+    results going to `writer` (this worker's pipe to the parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(parent_pid)
-    worker_loop(fn, rng_key, inq, outq, stop, ident, local=False)
-    if stop.is_set():
-        outq.cancel_join_thread()  # the consumer is gone; do not block on unread results
+    worker_loop(fn, rng_key, inq, procpipe.PipeSender(writer), stop, ident, local=False)
 
 
 def check_picklable(obj: Any, what: str) -> None:
@@ -108,13 +107,7 @@ class _Pool:
     def __init__(self, fn: Callable, workers: int, processes: bool, rng_key: RngKey | None):
         self.processes = processes
         if processes:
-            ctx = multiprocessing.get_context("spawn")
-            self.inq, self.outq, self.stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-            args = (fn, rng_key, self.inq, self.outq, self.stop)
-            self.workers = [
-                ctx.Process(target=process_main, args=(*args, i, os.getpid()), daemon=True, name=f"tensorcom-map-{i}")
-                for i in range(workers)
-            ]
+            self._start_processes(fn, workers, rng_key)
         else:
             self.inq, self.outq, self.stop = queue.Queue(), queue.Queue(), threading.Event()
             args = (fn, rng_key, self.inq, self.outq, self.stop)
@@ -122,8 +115,24 @@ class _Pool:
                 threading.Thread(target=worker_loop, args=(*args, i, True), daemon=True, name=f"tensorcom-map-{i}")
                 for i in range(workers)
             ]
-        for worker in self.workers:
-            worker.start()
+            for worker in self.workers:
+                worker.start()
+
+    def _start_processes(self, fn: Callable, workers: int, rng_key: RngKey | None) -> None:
+        """Spawn the workers; each writes its results to a pipe of its own (see tensorcom.procpipe)."""
+        ctx = multiprocessing.get_context("spawn")
+        self.inq, self.stop = ctx.Queue(), ctx.Event()
+        self.workers, readers = [], []
+        for i in range(workers):
+            reader, writer = ctx.Pipe(duplex=False)
+            procpipe.widen(writer)
+            proc = ctx.Process(target=process_main, args=(fn, rng_key, self.inq, writer, self.stop, i, os.getpid()),
+                               daemon=True, name=f"tensorcom-map-{i}")
+            proc.start()
+            writer.close()  # the child holds it now; the parent sees EOF when the child is gone
+            self.workers.append(proc)
+            readers.append(reader)
+        self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self._check_alive)
 
     def put(self, position: int, sample: Any) -> None:
         """Queue one task; for processes it is pickled here, so a bad sample fails in the caller."""
@@ -139,9 +148,19 @@ class _Pool:
     def get(self) -> tuple[int, bool, Any]:
         """The next result; WorkerDied when a worker ended without answering."""
         while True:
+            if self.processes:
+                try:
+                    message = self.results.get(POLL)
+                except EOFError:
+                    for proc in self.workers:
+                        proc.join(timeout=POLL)
+                    self._check_alive()
+                    raise WorkerDied("a map worker process closed its result pipe") from None
+                if message is not None:
+                    return message
+                continue
             try:
-                message = self.outq.get(timeout=POLL)
-                return pickle.loads(message) if isinstance(message, bytes) else message
+                return self.outq.get(timeout=POLL)
             except queue.Empty:
                 self._check_alive()
 
@@ -169,9 +188,9 @@ class _Pool:
                 if proc.is_alive():
                     proc.kill()
                     proc.join(timeout=1.0)
-            for q in (self.inq, self.outq):
-                q.cancel_join_thread()
-                q.close()
+            self.inq.cancel_join_thread()
+            self.inq.close()
+            self.results.close()
 
 
 def _failure(failure: tuple) -> WorkerError:

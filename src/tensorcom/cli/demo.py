@@ -43,8 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=positive, default=64, help="image size served (default 64)")
     parser.add_argument("--data", default=None, help="dataset directory (default: in the tensorcom cache)")
     parser.add_argument("--min-accuracy", type=fraction, default=0.9, help="accuracy needed to succeed (default 0.9)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a batch (default 60)")
+    parser.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for a batch (default 60)")
     return parser
+
+
+def seconds(text: str) -> float:
+    """argparse type: a positive number of seconds."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def with_progress(batches: Iterator, label: str) -> Iterator:
+    """`batches`, shown by a tqdm bar on stderr when that is a terminal and tqdm is installed."""
+    if not sys.stderr.isatty():
+        return batches
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return batches
+    return tqdm(batches, desc=label, unit="batch", leave=False)
 
 
 def free_port() -> int:
@@ -150,7 +169,7 @@ def train(out: queue.Queue, trainer, epochs: int, classes: int, patience: float)
     total = 0
     for epoch in range(1, epochs + 1):
         start, images, losses = time.perf_counter(), 0, []
-        for batch in received(out, patience):
+        for batch in with_progress(received(out, patience), f"epoch {epoch}/{epochs}"):
             pixels, labels = check_batch(batch, classes)
             losses.append(trainer.step(pixels, labels))
             images += len(labels)

@@ -12,6 +12,11 @@ it must connect: zpush or zrpub, as in 0.1; with several URLs there is one publi
 normalize, `-B` serve one preloaded batch over and over (measures the transport alone), `-S` no shuffle
 for the directory server (0.1: --no-shuffle) and shuffle for the shard server (0.1: --shuffle). The
 default URL is zpub://127.0.0.1:7880. DIR is DIR/train when that exists (0.1's layout), else DIR itself.
+
+New: `--size` (default 224), `--min-scale` (smallest crop area, default 0.08), `--epochs E` (default 0:
+forever; an end-of-epoch marker per publisher after each), `--count N` (stop after about N batches),
+`--seed`, `-r SECONDS` between rate reports on stderr. Both tools build a `tensorcom.Pipeline`
+(`dir_pipeline`, `shards_pipeline`) and hand it to `tensorcom.serve`, which runs the publishers.
 """
 
 from __future__ import annotations
@@ -60,13 +65,15 @@ def fraction(text: str) -> float:
     return value
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """The options both servers share (tensorcom 0.1's names and letters)."""
+def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
+    """The options both servers share (tensorcom 0.1's names and letters; with `aliases`, also 0.1's
+    serve-imagenet-shards spellings -N/--num-workers and -p)."""
+    more_workers, more_parallel = (["-N", "--num-workers"], ["-p"]) if aliases else ([], [])
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"where to send batches (default {DEFAULT_URL})")
     parser.add_argument("-b", "--batch-size", type=positive, default=64, help="images per batch (default 64)")
-    parser.add_argument("-w", "--workers", type=not_negative, default=0,
+    parser.add_argument("-w", "--workers", *more_workers, type=not_negative, default=0,
                         help="decoding worker processes per publisher (0: decode in the publisher)")
-    parser.add_argument("-P", "--parallel", type=not_negative, default=0,
+    parser.add_argument("-P", "--parallel", *more_parallel, type=not_negative, default=0,
                         help="number of parallel publisher processes, each on a disjoint part of the data")
     parser.add_argument("-n", "--normalize", action="store_true", help="send float32 images normalized with ImageNet mean/std")
     parser.add_argument("-B", "--benchmark", action="store_true", help="preload one batch and serve it repeatedly")
@@ -94,7 +101,7 @@ def shards_parser() -> argparse.ArgumentParser:
     parser.add_argument("-u", "--url", required=True, help="shard URLs, brace-expanded: files, http(s)://, s3://, pipe:")
     parser.add_argument("-S", "--shuffle", action="store_true", help="shuffle shards and samples")
     parser.add_argument("--shuffle-buffer", type=positive, default=1000, help="samples in the shuffle buffer (default 1000)")
-    add_common(parser)
+    add_common(parser, aliases=True)
     return parser
 
 
@@ -115,7 +122,8 @@ def publishers(urls: list[str], parallel: int) -> tuple[int | None, int]:
 class Augment:
     """Picklable map function: an image sample dict -> (image array, int32 label).
 
-    Takes the first of the fields jpg/jpeg/png/ppm/webp as the image bytes and `cls` as the label (bytes
+    Takes the first of the fields jpg/jpeg/png/ppm/webp as the image bytes (or reads the file named by
+    `__path__` when there is none, so worker processes do their own reads) and `cls` as the label (bytes
     or str digits, or an int); applies RandomResizedCrop(size, scale=(min_scale, 1)) + flip, and ImageNet
     normalization to float32 when `normalize`. The transform is built lazily in whichever process runs it.
     """
@@ -140,6 +148,9 @@ class Augment:
 
     def __call__(self, sample: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.int32]:
         data = next((sample[name] for name in self.FIELDS if name in sample), None)
+        if data is None and "__path__" in sample:  # an ImageFolderSource(read=False) sample: read it here
+            with open(sample["__path__"], "rb") as stream:
+                data = stream.read()
         if data is None:
             raise KeyError(f"sample {sample.get('__key__')!r} has no image field ({'/'.join(self.FIELDS)}); it has {sorted(sample)}")
         return self.transform()(data, rng), np.int32(label_of(sample))
@@ -161,7 +172,8 @@ def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool =
     from tensorcom.pipeline import Pipeline
     from tensorcom.sources import ImageFolderSource
 
-    pipeline = Pipeline(ImageFolderSource(root, shuffle=shuffle), seed=seed)
+    # with worker processes, only paths travel to them: each reads its own files
+    pipeline = Pipeline(ImageFolderSource(root, shuffle=shuffle, read=workers == 0), seed=seed)
     return finish_pipeline(pipeline, Augment(size, normalize, min_scale), batch_size, workers)
 
 
