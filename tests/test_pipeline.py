@@ -198,3 +198,19 @@ def test_image_folder_to_augmented_batches(tmp_path):
     assert (red == (labels == 0)).all()  # pixels and labels stay together
     again = list(Pipeline(ImageFolderSource(str(tmp_path), shuffle=True), seed=1).map(augment_image, rng=True).batch(4))
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(batches, again))
+
+
+def pid_of_worker(x):
+    return os.getpid()
+
+
+@pytest.mark.procs
+def test_persistent_map_keeps_its_processes_across_epochs():
+    with Pipeline(range(12)).map(pid_of_worker, workers=2, processes=True, persistent=True) as p:
+        first = set(p.set_epoch(0))
+        second = set(p.set_epoch(1))
+        assert first | second and (first | second) <= first | second and os.getpid() not in first
+        assert len(first | second) <= 2
+        clone = pickle.loads(pickle.dumps(p))  # the pool stays behind
+        assert clone._pools == {}
+    assert all(pool._workers.closed for pool in p._pools.values())

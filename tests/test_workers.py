@@ -12,7 +12,7 @@ import pytest
 
 from tensorcom import stages
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.workers import parallel_map, prefetching
+from tensorcom.workers import WorkerPool, parallel_map, prefetching
 
 
 def square(x):
@@ -256,3 +256,51 @@ def exit_thread(x):
 def test_a_thread_that_dies_is_reported():
     with pytest.raises(WorkerDied, match="thread"):
         list(parallel_map(range(3), exit_thread, workers=1))
+
+
+def identity(x):
+    return x
+
+
+@pytest.mark.procs
+def test_results_cross_the_pipe_intact_and_writable():
+    samples = [
+        {"__key__": "a", "img": np.arange(24, dtype=np.float32).reshape(2, 3, 4), "txt": "héllo", "raw": b"\x00\xff"},
+        (np.zeros((0, 3), np.uint8), np.asfortranarray(np.arange(6).reshape(2, 3)), np.arange(10)[::3]),
+        np.ones((300, 300, 3), np.uint8),  # larger than one pipe buffer's default 64 KiB
+        None,
+    ]
+    out = list(parallel_map(samples, identity, workers=2, processes=True))
+    assert out[0]["txt"] == "héllo" and out[0]["raw"] == b"\x00\xff" and np.array_equal(out[0]["img"], samples[0]["img"])
+    assert out[1][0].shape == (0, 3) and np.array_equal(out[1][1], samples[1][1]) and out[1][2].tolist() == [0, 3, 6, 9]
+    assert out[2].sum() == 270000 and out[3] is None
+    out[2][0, 0, 0] = 7  # arrays arrive writable
+
+
+def pid_and_square(x):
+    time.sleep(0.002)
+    return os.getpid(), x * x
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("processes", [False, True])
+def test_worker_pool_keeps_workers_and_ignores_abandoned_work(processes):
+    pool = WorkerPool(pid_and_square, 2, processes=processes)
+    try:
+        first = pool.map(range(1000), buffer=8)
+        assert next(first)[1] == 0
+        first.close()  # abandoned with tasks still queued
+        out = list(pool.map(range(30)))
+        assert [x for _, x in out] == [x * x for x in range(30)]
+        again = list(pool.map(range(30), ordered=False))
+        assert sorted(x for _, x in again) == [x * x for x in range(30)]
+        if processes:
+            pids = {p for p, _ in out} | {p for p, _ in again}
+            assert os.getpid() not in pids and len(pids) <= 2  # the same two processes served every map
+        busy = pool.map(range(3))
+        next(busy)
+        with pytest.raises(RuntimeError, match="already"):
+            next(pool.map(range(3)))
+        busy.close()
+    finally:
+        pool.close()

@@ -26,12 +26,13 @@ from typing import Any, Callable, Iterator
 
 from tensorcom import stages
 from tensorcom.sources import IterableSource, Source
-from tensorcom.workers import check_picklable, parallel_map, prefetching
+from tensorcom.workers import WorkerPool, check_picklable, parallel_map, prefetching
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Step:
-    """One stage of a pipeline: its kind (the method that made it) and that method's arguments."""
+    """One stage of a pipeline: its kind (the method that made it) and that method's arguments.
+    Compared and hashed by identity: it is the key of its persistent worker pool."""
 
     kind: str
     args: dict = field(default_factory=dict)
@@ -61,6 +62,21 @@ class Pipeline:
         self.epoch = 0
         self.worker = 0
         self.num_workers = 1
+        self._pools: dict[Step, WorkerPool] = {}  # persistent maps' workers; shared by copies
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pools": {}}  # workers stay with the process that started them
+
+    def close(self) -> None:
+        """Stop the workers of persistent maps (they restart if the pipeline is iterated again)."""
+        for pool in self._pools.values():
+            pool.close()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     def _copy(self, **changes: Any) -> Pipeline:
         new = object.__new__(Pipeline)
@@ -73,11 +89,12 @@ class Pipeline:
     # --- stages ---------------------------------------------------------------------------------
 
     def map(self, fn: Callable, *, rng: bool = False, workers: int = 0, processes: bool = False,
-            ordered: bool = True, buffer: int | None = None) -> Pipeline:
+            ordered: bool = True, buffer: int | None = None, persistent: bool = False) -> Pipeline:
         """Apply fn(sample) — or fn(sample, rng) with rng=True — to each sample. `workers` > 0 runs it
         on that many threads (I/O-bound fn) or, with processes=True, spawned processes (CPU-bound;
         fn must then be picklable: a module-level function or callable object). `ordered=False`
-        yields results as they finish; `buffer` bounds samples in flight (default 2 × workers)."""
+        yields results as they finish; `buffer` bounds samples in flight (default 2 × workers).
+        `persistent=True` keeps the workers between epochs, until close() or garbage collection."""
         _callable("map function", fn)
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be a non-negative integer, got {workers!r}")
@@ -87,7 +104,8 @@ class Pipeline:
             raise ValueError("processes=True needs workers >= 1")
         if processes:
             check_picklable(fn, "map function")
-        return self._then("map", fn=fn, rng=rng, workers=workers, processes=processes, ordered=ordered, buffer=buffer)
+        return self._then("map", fn=fn, rng=rng, workers=workers, processes=processes, ordered=ordered,
+                          buffer=buffer, persistent=persistent)
 
     def filter(self, predicate: Callable[[Any], bool]) -> Pipeline:
         """Keep the samples for which predicate(sample) is true."""
@@ -198,8 +216,13 @@ class Pipeline:
             if a["workers"] == 0:
                 rngs = (lambda position: stages.sample_rng(*key, position)) if a["rng"] else None
                 return stages.mapping(stream, a["fn"], rngs)
-            return parallel_map(stream, a["fn"], workers=a["workers"], processes=a["processes"],
-                                ordered=a["ordered"], buffer=a["buffer"], rng_key=key if a["rng"] else None)
+            options = {"ordered": a["ordered"], "buffer": a["buffer"], "rng_key": key if a["rng"] else None}
+            pool = self._pools.get(step)
+            if a["persistent"] and pool is None:
+                pool = self._pools[step] = WorkerPool(a["fn"], a["workers"], a["processes"])
+            if pool is not None and not pool.busy:
+                return pool.map(stream, **options)
+            return parallel_map(stream, a["fn"], workers=a["workers"], processes=a["processes"], **options)
         simple: dict[str, Callable[[], Iterator[Any]]] = {
             "filter": lambda: stages.filtering(stream, a["predicate"]),
             "select": lambda: stages.selecting(stream, a["fields"]),

@@ -37,3 +37,9 @@ def max_message_size() -> int:
 def s3_endpoint_url() -> str | None:
     """Endpoint of an S3-compatible store: $AWS_ENDPOINT_URL_S3, else $AWS_ENDPOINT_URL, else None (AWS)."""
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def tar_accelerator() -> bool:
+    """Whether the tar reader may use its C scanner (tensorcom._tarscan, when built): False when
+    $TENSORCOM_PURE_PYTHON is 1/true/yes (then the pure-Python scanner reads the same way)."""
+    return os.environ.get("TENSORCOM_PURE_PYTHON", "").strip().lower() not in ("1", "true", "yes")

@@ -14,19 +14,15 @@ naming the shard URL and the member.
 from __future__ import annotations
 
 import io
-import re
 import zlib
-from zlib import adler32
 from typing import IO, Any, Iterator
 
 from tensorcom.errors import OpenError, SampleError, ShardError, TarFormatError
 from tensorcom.gopen import DEFAULT_BUFSIZE, gopen
 from tensorcom.handlers import Handler, SkipCounts, handle
+from tensorcom.tarscan import BLOCK, META, REGULAR, Window, header_name, scanner
 
-BLOCK = 512
-_META = re.compile(r"__[^/]*__($|/)")
-_REGULAR = (0, ord("0"), ord("7"))
-_POSIX_MAGIC = b"ustar\x0000"
+WINDOW = 4 * DEFAULT_BUFSIZE  # bytes per read: larger than the stream's buffer, so reads bypass it
 
 
 class Gunzip(io.RawIOBase):
@@ -129,32 +125,12 @@ def _octal(field: bytes, url: str, what: str, member: str | None) -> int:
         raise TarFormatError(f"bad {what} field {field!r} in tar header", url=url, member=member) from None
 
 
-def _byte_sum(header: bytes) -> int:
-    """Sum of the header's bytes with the checksum field counted as spaces, from zlib.adler32's low
-    half (1 + sum mod 65521) over pieces short enough (<= 256 bytes) that no modulo is taken.
-
-    _members' fast path (_expected_adler) checks the same sum modulo 65521 with one adler32 over the
-    whole header: a corruption passes it only if it shifts the byte sum by a multiple of 65521, which
-    takes more than 256 changed bytes; anything the fast path rejects gets this exact check.
-    """
-    return ((adler32(header[:148]) & 0xFFFF) + (adler32(header[156:400]) & 0xFFFF)
-            + (adler32(header[400:]) & 0xFFFF) - 3 + 8 * 32)
-
-
-def _expected_adler(field: bytes) -> int:
-    """The low half of adler32(header) that a header whose checksum field is `field` must have,
-    or -1 when the field is not the usual six octal digits then NUL or space (-> slow check)."""
-    try:
-        if field[6] not in (0, 32):
-            return -1
-        return (int(field[:6], 8) + (adler32(field) & 0xFFFF) - 256) % 65521
-    except ValueError:
-        return -1
-
-
 def _check_header(header: bytes, url: str, previous: str | None) -> None:
+    """Raise TarFormatError unless the stored checksum is the header's unsigned (or, as some old tars
+    wrote it, signed) byte sum with the checksum field counted as spaces."""
     stored = _octal(header[148:156], url, "checksum", previous)
-    if stored != _byte_sum(header):
+    unsigned = sum(header) - sum(header[148:156]) + 8 * 32
+    if stored != unsigned:
         signed = sum(b - 256 if b > 127 else b for b in header) - sum(header[148:156]) + 256
         if stored != signed:
             where = f"header after {previous!r}" if previous else "first header"
@@ -175,14 +151,15 @@ def _pax_records(data: bytes, url: str, member: str | None) -> dict[str, str]:
     return records
 
 
-def tar_members(stream: IO[bytes], url: str) -> Iterator[tuple[str, bytes]]:
+def tar_members(stream: IO[bytes], url: str, window: int = WINDOW) -> Iterator[tuple[str, bytes]]:
     """Yield (member name, contents) for every regular file of the tar `stream`, in archive order.
 
-    Skips directories, links, special files and `__meta__` members. Raises TarFormatError for a bad
+    Reads `window` bytes at a time (readinto, so large reads bypass the stream's own buffer). Skips
+    directories, links, special files and `__meta__` members. Raises TarFormatError for a bad
     checksum, a truncated header or member, and OpenError when reading the stream fails.
     """
     try:
-        yield from _members(stream, url)
+        yield from _members(stream, url, window)
     except ShardError:
         raise
     except (OSError, EOFError) as exn:
@@ -201,54 +178,59 @@ def _special(kind: int, data: bytes, override: dict[str, str] | None, url: str,
     return None
 
 
-def _members(stream: IO[bytes], url: str) -> Iterator[tuple[str, bytes]]:
-    read, checksum, regular, magic = stream.read, adler32, _REGULAR, _POSIX_MAGIC  # locals: a hot loop
+def _members(stream: IO[bytes], url: str, size: int) -> Iterator[tuple[str, bytes]]:
+    """The member loop: the scanner takes every ordinary member lying wholly in the window; what it
+    leaves (window edge, pax / GNU headers, bad data, the end) goes through `_one_member`."""
+    window, scan = Window(stream, size), scanner()
     previous: str | None = None
     override: dict[str, str] | None = None  # from pax / GNU long-name headers, for the next member
-    known: dict[bytes, int] = {}  # 8-byte checksum field -> expected adler32 low half; 12-byte size -> size
-    header = read(BLOCK)
+    filled = False  # the window was refilled and nothing has been parsed since
     while True:
-        if len(header) < BLOCK:
-            if header:
-                raise TarFormatError("truncated tar header", url=url, member=previous)
-            return  # end of data on a block boundary: accepted, like tarfile
-        if not header[0] and not header.strip(b"\0"):
-            return  # end-of-archive marker
-        field = header[148:156]  # fast path: known checksum fields and sizes come from caches
-        expected = known.get(field)
-        if expected is None:
-            expected = _expected_adler(field)
-            if len(known) > 100000:
-                known.clear()
-            known[field] = expected
-        if expected != checksum(header) & 0xFFFF:
-            _check_header(header, url, previous)
-        size = known.get(header[124:136])
-        if size is None:
-            size = known[header[124:136]] = _octal(header[124:136], url, "size", previous)
-        end = header.find(b"\0", 0, 100)
-        raw = header[:end] if end >= 0 else header[:100]
-        if header[345] and header[257:265] == magic:
-            raw = header[345:500].split(b"\0", 1)[0] + b"/" + raw
-        name = raw.decode("utf-8", "surrogateescape")
-        if override:
-            name, size = override.get("path", name), int(override.get("size", size))
-        kind, pad = header[156], -size % 512
-        data = read(size)
-        if len(data) != size:
-            raise TarFormatError(f"truncated member: {len(data)} of {size} bytes", url=url, member=name)
-        header = read(pad + 512)  # the padding, then the next header
-        if pad:
-            if len(header) < pad:
-                raise TarFormatError("truncated member padding", url=url, member=name)
-            header = header[pad:]
-        previous = name
-        if kind in regular:
+        if override is None:
+            found, pos, last = scan(window.buf, window.pos, window.end)
+            if last is not None:
+                window.pos, previous, filled = pos, last, False
+                yield from found
+        if not filled and window.has_room():
+            window.fill()
+            filled = True
+            continue
+        filled = False
+        member = _one_member(window, url, previous, override)
+        if member is None:
+            return
+        previous, kind, data = member
+        if kind in REGULAR:
             override = None
-            if name[:2] != "__" or not _META.match(name):
-                yield name, data
+            if previous[:2] != "__" or not META.match(previous):
+                yield previous, data
         else:
-            override = _special(kind, data, override, url, name)
+            override = _special(kind, data, override, url, previous)
+
+
+def _one_member(window: Window, url: str, previous: str | None,
+                override: dict[str, str] | None) -> tuple[str, int, bytes] | None:
+    """(name, type flag, data) of the member at the window's position, every check made; None at the
+    end of the archive (end-of-archive block, or end of data on a block boundary, like tarfile)."""
+    header = window.take(BLOCK)
+    if len(header) < BLOCK:
+        if header:
+            raise TarFormatError("truncated tar header", url=url, member=previous)
+        return None
+    if not header[0] and not header.strip(b"\0"):
+        return None
+    _check_header(header, url, previous)
+    size = _octal(header[124:136], url, "size", previous)
+    name = header_name(header)
+    if override:
+        name, size = override.get("path", name), int(override.get("size", size))
+    data = window.take(size)
+    if len(data) != size:
+        raise TarFormatError(f"truncated member: {len(data)} of {size} bytes", url=url, member=name)
+    pad = -size % BLOCK
+    if pad and len(window.take(pad)) < pad:
+        raise TarFormatError("truncated member padding", url=url, member=name)
+    return name, header[156], data
 
 
 def split_name(name: str) -> tuple[str, str] | None:

@@ -1,0 +1,154 @@
+"""The fast path of the tar reader: a read window over a stream and a whole-buffer header scanner.
+
+    Window(stream, size)     a bytearray of `size` bytes; buf[pos:end] is read but not yet parsed
+    scan_python(buf, pos, end) -> (members, pos, last)   the pure-Python scanner
+    scanner()                the C scanner `tensorcom._tarscan.scan` (same contract) when it is built
+                             and allowed (settings.tar_accelerator()), else scan_python
+
+A scanner parses, from `pos`, every member that lies wholly in buf[pos:end] (header, data and
+padding) with an ordinary header: a valid checksum, a plain octal size, and a type other than the
+pax / GNU long-name ones. It returns the (name, bytes) of the regular, non-`__meta__` members among
+them, the offset of the first header it did not take, and the name of the last member it took (None
+when it took none). It never raises on bad data: it stops there, and tarstream's careful one-member
+parser takes over (exact checksum, pax and GNU names, base-256 sizes, members larger than the window,
+errors naming URL and member).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import IO, Any, Callable
+from zlib import adler32
+
+from tensorcom import settings
+
+BLOCK = 512
+META = re.compile(r"__[^/]*__($|/)")
+REGULAR = (0, ord("0"), ord("7"))
+SPECIAL = (ord("K"), ord("L"), ord("g"), ord("x"))  # GNU long link / long name, pax global / extended
+POSIX_MAGIC = b"ustar\x0000"
+
+Scanner = Callable[[Any, int, int], "tuple[list[tuple[str, bytes]], int, str | None]"]
+
+try:
+    from tensorcom._tarscan import scan as scan_c
+except ImportError:  # built without a C compiler: the pure-Python scanner does the same work
+    scan_c = None
+
+
+def scanner() -> Scanner:
+    """The scanner to use now: the C one when built and not disabled by $TENSORCOM_PURE_PYTHON."""
+    return scan_c if scan_c is not None and settings.tar_accelerator() else scan_python
+
+
+class Window:
+    """A fixed bytearray read window over a binary stream (readinto preferred, read otherwise).
+
+    `fill()` moves the unparsed tail buf[pos:end] to the front and reads as much as fits after it;
+    `take(n)` returns the next n bytes as bytes (fewer only at the end of the stream), reading past
+    the window directly from the stream when it holds fewer.
+    """
+
+    def __init__(self, stream: IO[bytes], size: int):
+        if size < BLOCK:
+            raise ValueError(f"window size {size} is smaller than a tar block ({BLOCK})")
+        self.stream = stream
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+        self.pos = self.end = 0
+
+    def has_room(self) -> bool:
+        """Whether fill() could add bytes: unparsed data does not fill the whole window."""
+        return self.pos > 0 or self.end < len(self.buf)
+
+    def fill(self) -> int:
+        """Move the unparsed tail to the front and read after it; returns the bytes read (0 at the end)."""
+        rest = self.end - self.pos
+        if self.pos and rest:
+            self.buf[:rest] = bytes(self.view[self.pos:self.end])
+        self.pos, self.end = 0, rest
+        target = self.view[rest:]
+        readinto = getattr(self.stream, "readinto", None)
+        if readinto is not None:
+            count = readinto(target) or 0
+        else:
+            data = self.stream.read(len(target))
+            count = len(data)
+            target[:count] = data
+        self.end += count
+        return count
+
+    def take(self, count: int) -> bytes:
+        """The next `count` bytes (fewer at the end of the stream), consumed."""
+        start = self.pos
+        if count <= self.end - start:
+            self.pos = start + count
+            return bytes(self.view[start:self.pos])
+        head = bytes(self.view[start:self.end])
+        self.pos = self.end
+        return head + self.stream.read(count - len(head))
+
+
+def header_name(header: bytes) -> str:
+    """The member name of a header block: the name field, after the ustar prefix when there is one."""
+    end = header.find(b"\0", 0, 100)
+    raw = header[:end] if end >= 0 else header[:100]
+    if header[345] and header[257:265] == POSIX_MAGIC:
+        raw = header[345:500].split(b"\0", 1)[0] + b"/" + raw
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _plain_octal(field: bytes) -> int:
+    """An octal number field (NUL/space padded); -1 for anything else (base-256, junk)."""
+    if field[0] & 0x80:
+        return -1
+    try:
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        return -1
+
+
+def _expected_adler(field: bytes) -> int:
+    """The low half of adler32(header) that a header whose checksum field is `field` must have,
+    or -1 when the field is not the usual six octal digits then NUL or space.
+
+    adler32's low half is 1 + (byte sum mod 65521); with the checksum field counted as spaces the byte
+    sum must equal the stored value. A corrupt header passes only if its byte sum moved by a multiple
+    of 65521 (more than 256 changed bytes); the careful parser checks the exact sum.
+    """
+    try:
+        if field[6] not in (0, 32):
+            return -1
+        return (int(field[:6], 8) + (adler32(field) & 0xFFFF) - 256) % 65521
+    except ValueError:
+        return -1
+
+
+_known: dict[bytes, int] = {}  # checksum field -> expected adler32 low half; size field -> size
+
+
+def scan_python(buf: Any, pos: int, end: int) -> tuple[list[tuple[str, bytes]], int, str | None]:
+    """Members lying wholly in buf[pos:end] with ordinary headers; see the module docstring."""
+    view, known, found, last = memoryview(buf), _known, [], None
+    if len(known) > 100000:
+        known.clear()
+    while end - pos >= BLOCK:
+        header = bytes(view[pos:pos + BLOCK])
+        kind = header[156]
+        if not header[0] or kind in SPECIAL:
+            break
+        expected = known.get(header[148:156])
+        if expected is None:
+            expected = known[header[148:156]] = _expected_adler(header[148:156])
+        size = known.get(header[124:136])
+        if size is None:
+            size = known[header[124:136]] = _plain_octal(header[124:136])
+        start = pos + BLOCK
+        stop = start + size
+        if expected != adler32(header) & 0xFFFF or size < 0 or stop + (-size % BLOCK) > end:
+            break
+        last = name = header_name(header)
+        pos = stop + (-size % BLOCK)
+        if kind in REGULAR and (name[:2] != "__" or not META.match(name)):
+            found.append((name, bytes(view[start:stop])))
+    return found, pos, last
