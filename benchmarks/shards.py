@@ -4,9 +4,10 @@
 
 Makes (once, cached under bench-data/shards/) 10 shards × 2000 samples of a ~15 KB 256×256 JPEG
 (noise + gradients, quality 85) + cls + json with our ShardWriter, then measures in one process:
-raw reading (no decode) as samples/s and MB/s for tensorcom, webdataset and `cat FILES > /dev/null`
-(after a warm-up read, so all three read from the page cache), then decoding JPEGs to rgb8 in one
-process for both libraries on the first --decode-shards shards. Prints a table with the ratios.
+raw reading (no decode) as samples/s and MB/s for tensorcom (with its C tar scanner when built, and
+with the pure-Python scanner, TENSORCOM_PURE_PYTHON=1), webdataset and `cat FILES > /dev/null` (after
+a warm-up read, so all of them read from the page cache), then decoding JPEGs to rgb8 in one process
+for both libraries on the first --decode-shards shards. Prints a table with the ratios.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorcom import shards
+from tensorcom import shards, tarscan
 
 ROOT = Path(__file__).resolve().parent.parent / "bench-data" / "shards"
 
@@ -69,6 +70,15 @@ def timed(function) -> tuple[float, int, float]:
 
 def read_ours(urls):
     return sum(1 for _ in shards.samples(urls, rank=0, world_size=1))
+
+
+def read_ours_python(urls):
+    """read_ours with the pure-Python tar scanner (what an install without a C compiler runs)."""
+    os.environ["TENSORCOM_PURE_PYTHON"] = "1"
+    try:
+        return read_ours(urls)
+    finally:
+        del os.environ["TENSORCOM_PURE_PYTHON"]
 
 
 def read_wds(urls):
@@ -128,6 +138,7 @@ def main() -> None:
         seconds, _, _ = best_of(function, urls, args.repeats)
         rows[name] = (n / seconds, total_mb / seconds, None)
     for name, function, repeats in (("tensorcom raw", read_ours, args.repeats),
+                                    ("tensorcom raw, pure Python", read_ours_python, args.repeats),
                                     ("webdataset raw", read_wds, args.wds_repeats)):
         seconds, count, cpu = best_of(function, urls, repeats)
         assert count == n, count
@@ -145,7 +156,8 @@ def main() -> None:
 def report(rows: dict[str, tuple[float, float, float | None]], args, total_mb: float) -> None:
     """Print the table of rates and the table of ratios against the targets."""
     print(f"\n{args.shards} shards x {args.per_shard} samples, {total_mb:.0f} MB; "
-          f"rgb8 on {args.decode_shards} shards; python {sys.version.split()[0]}, {os.cpu_count()} cores")
+          f"rgb8 on {args.decode_shards} shards; python {sys.version.split()[0]}, {os.cpu_count()} cores; "
+          f"C tar scanner {'built' if tarscan.scan_c is not None else 'NOT built'}")
     print("| reader | samples/s | MB/s | samples per CPU second |\n|---|---:|---:|---:|")
     for name, (rate, mbps, cpu_rate) in rows.items():
         print(f"| {name.replace('|', chr(92) + '|')} | {rate:,.0f} | {mbps:,.0f} | {'-' if cpu_rate is None else f'{cpu_rate:,.0f}'} |")
@@ -153,7 +165,10 @@ def report(rows: dict[str, tuple[float, float, float | None]], args, total_mb: f
     cat, cat_pipe = rows["cat > /dev/null"], rows["cat | wc -c"]
     decode_ours, decode_theirs = rows["tensorcom rgb8"], rows["webdataset rgb8"]
     print("\n| ratio | wall clock | CPU time | target |\n|---|---:|---:|---:|")
+    fallback = rows["tensorcom raw, pure Python"]
     print(f"| raw samples/s, tensorcom / webdataset | {ours[0] / theirs[0]:.1f}x | {ours[2] / theirs[2]:.1f}x | >= 20x |")
+    print(f"| raw samples/s, tensorcom pure Python / webdataset | {fallback[0] / theirs[0]:.1f}x | "
+          f"{fallback[2] / theirs[2]:.1f}x | - |")
     print(f"| raw MB/s, tensorcom / (cat \\| wc -c) | {ours[1] / cat_pipe[1]:.0%} | - | >= 50% |")
     print(f"| raw MB/s, tensorcom / (cat > /dev/null) | {ours[1] / cat[1]:.0%} | - | (>= 50%) |")
     print(f"| rgb8 samples/s, tensorcom / webdataset | {decode_ours[0] / decode_theirs[0]:.2f}x | "

@@ -8,7 +8,8 @@ process and connects; the receiver (this process) binds, throws away `--warmup` 
 copy=False and received with copy=False, with the same small high-water mark. Connection rows:
 protocol 2 multipart (the default), and for information protocol 1 and single-part messages.
 Each configuration runs `--repeats` times, interleaved; the table shows the best run of each, the
-ratio of the best runs, and the median over repeats of the ratio to the raw run just before it.
+ratio of the best runs, the median over repeats of the ratio to the raw run just before it, and the
+receiving process's CPU time and page faults per batch (steadier than rates on a busy machine).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -61,17 +63,22 @@ def connection_sender(url: str, count: int, hwm: int, protocol: int, multipart: 
     conn.close()
 
 
-def time_receipts(receive, warmup: int, count: int) -> float:
-    """Seconds taken by `count` calls of `receive` after `warmup` untimed ones."""
+def time_receipts(receive, warmup: int, count: int) -> tuple[float, float, float]:
+    """(seconds, receiver CPU seconds per batch, page faults per batch) for `count` calls of `receive`
+    after `warmup` untimed ones. CPU and faults cover this whole process, ZeroMQ's I/O thread included."""
     for _ in range(warmup):
         receive()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     for _ in range(count):
         receive()
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / count
+    return seconds, cpu, (after.ru_minflt - before.ru_minflt) / count
 
 
-def run_raw(address: str, args: argparse.Namespace, ctx) -> float:
+def run_raw(address: str, args: argparse.Namespace, ctx) -> tuple:
     """Seconds for raw PUSH→PULL: one frame per batch, copy=False on both sides."""
     context = zmq.Context()
     sock = context.socket(zmq.PULL)
@@ -87,7 +94,7 @@ def run_raw(address: str, args: argparse.Namespace, ctx) -> float:
         context.term()
 
 
-def run_connection(address: str, args: argparse.Namespace, ctx, protocol: int, multipart: bool) -> float:
+def run_connection(address: str, args: argparse.Namespace, ctx, protocol: int, multipart: bool) -> tuple:
     """Seconds for Connection zpush→zpull with the given protocol and multipart setting."""
     transport, rest = address.split("://", 1)
     plus = "" if transport == "tcp" else f"+{transport}"
@@ -127,6 +134,7 @@ def main() -> None:
     ctx = multiprocessing.get_context("spawn")
     nbytes = sum(int(np.prod(s)) * (1 if i == 0 else 4) for i, s in enumerate(SHAPES))
     best: dict = {}
+    costs: dict = {}  # (transport, method) -> lists of receiver CPU per batch and faults per batch
     paired: dict = {}  # (transport, method) -> ratios to the raw run just before it, one per repeat
     port = 20000 + os.getpid() % 20000
     with tempfile.TemporaryDirectory(prefix="tc-bench-", dir="/tmp") as tmp:
@@ -134,28 +142,35 @@ def main() -> None:
             for transport in args.transports.split(","):
                 for name, method in METHODS:
                     port += 1
-                    seconds = method(addresses(transport, port, tmp), args, ctx)
+                    seconds, cpu, faults = method(addresses(transport, port, tmp), args, ctx)
                     key = (transport, name)
+                    costs.setdefault(key, ([], []))[0].append(cpu)
+                    costs[key][1].append(faults)
                     best[key] = min(best.get(key, float("inf")), seconds)
                     raw = seconds if name == METHODS[0][0] else raw
                     paired.setdefault(key, []).append(raw / seconds)
-    print_table(args, nbytes, best, paired)
+    print_table(args, nbytes, best, paired, costs)
 
 
-def print_table(args: argparse.Namespace, nbytes: int, best: dict, paired: dict) -> None:
-    """The markdown table: best rate of each method, ratio of bests, median of paired ratios."""
+def median(values: list) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def print_table(args: argparse.Namespace, nbytes: int, best: dict, paired: dict, costs: dict) -> None:
+    """The markdown table: best rate of each method, ratio of bests, median of paired ratios, and the
+    receiver's median CPU time and page faults per batch."""
     print(f"batch {nbytes / 1e6:.1f} MB, {args.batches} batches timed, best of {args.repeats}, hwm {args.hwm}")
-    print("| transport | method | batches/s | GB/s | ratio vs raw (best/best) | median paired ratio |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| transport | method | batches/s | GB/s | ratio vs raw (best/best) | median paired ratio "
+          "| recv CPU ms/batch | recv page faults/batch |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for transport in args.transports.split(","):
         raw = best[(transport, METHODS[0][0])]
         for name, _ in METHODS:
             seconds = best[(transport, name)]
             rate = args.batches / seconds
-            ratios = sorted(paired[(transport, name)])
-            median = ratios[len(ratios) // 2]
+            cpu, faults = costs[(transport, name)]
             print(f"| {transport} | {name} | {rate:.1f} | {rate * nbytes / 1e9:.2f} | {raw / seconds:.2f} "
-                  f"| {median:.2f} |")
+                  f"| {median(paired[(transport, name)]):.2f} | {median(cpu) * 1e3:.2f} | {median(faults):.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -340,3 +340,33 @@ print(sockets._context is None, threading.active_count() <= base)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
+
+
+def test_received_frames_are_freed_without_the_cyclic_gc(free_port):
+    import gc
+    import weakref
+
+    sender, receiver = open_pair("zpush", "zpull", f"127.0.0.1:{free_port()}")
+    with sender, receiver:
+        sender.send([np.ones(1 << 20, np.uint8)])
+        gc.disable()
+        try:
+            (array,) = receiver.recv()
+            owner = weakref.ref(array.base.obj if isinstance(array.base, memoryview) else array.base)
+            del array
+            assert owner() is None
+        finally:
+            gc.enable()
+
+
+def test_report_and_device(free_port, capsys):
+    torch = pytest.importorskip("torch")
+    where = f"127.0.0.1:{free_port()}"
+    receiver = Connection(f"zpull://{where}", timeout=5, report=2, device="cpu")
+    sender = Connection(f"zpush://{where}")
+    with sender, receiver:
+        sender.serve(make_batch(i) for i in range(3))
+        received = list(receiver)
+    assert len(received) == 3 and isinstance(received[0][0], torch.Tensor)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("count 2 rate") and "dropped 0" in lines[0]

@@ -2,7 +2,6 @@
 
 import os
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -209,8 +208,7 @@ def test_persistent_map_keeps_its_processes_across_epochs():
     with Pipeline(range(12)).map(pid_of_worker, workers=2, processes=True, persistent=True) as p:
         first = set(p.set_epoch(0))
         second = set(p.set_epoch(1))
-        assert first | second and (first | second) <= first | second and os.getpid() not in first
-        assert len(first | second) <= 2
+        assert os.getpid() not in first and len(first | second) <= 2  # two processes served both epochs
         clone = pickle.loads(pickle.dumps(p))  # the pool stays behind
         assert clone._pools == {}
     assert all(pool._workers.closed for pool in p._pools.values())

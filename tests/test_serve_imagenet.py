@@ -67,9 +67,15 @@ def shards(tmp_path_factory) -> str:
     return str(root / "part-{0..1}.tar")
 
 
-def receive(conn: Connection, epochs: int) -> list[list]:
-    """The batches of `epochs` epochs, one list per epoch."""
-    return [[batch for batch in conn] for _ in range(epochs)]
+def receive(conn: Connection, epochs: int, proc: subprocess.Popen | None = None) -> list[list]:
+    """The batches of `epochs` epochs, one list per epoch; on a failure, the server's stderr is shown."""
+    try:
+        return [[batch for batch in conn] for _ in range(epochs)]
+    except Exception as exc:
+        if proc is not None and proc.stderr is not None:
+            proc.kill()
+            raise AssertionError(f"receiving failed ({exc}); server stderr:\n{proc.stderr.read()}") from exc
+        raise
 
 
 def check_batches(batches: list, size: int = SIZE, dtype=np.uint8) -> np.ndarray:
@@ -92,7 +98,7 @@ def test_dir_server_sends_augmented_epochs(tree, popen, free_port):
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE),
                             "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
-        epochs = receive(conn, 2)
+        epochs = receive(conn, 2, proc)
     for batches in epochs:
         labels = check_batches(batches)
         assert sorted(labels) == sorted(list(range(CLASSES)) * PER_CLASS)  # every image once per epoch
@@ -109,7 +115,7 @@ def test_parallel_publishers_split_the_data(tree, popen, free_port):
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "5", "--size", "24",
                             "-P", "2", "-w", "1", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
                            stderr=subprocess.PIPE, text=True)
-        (batches,) = receive(conn, 1)
+        (batches,) = receive(conn, 1, proc)
     labels = check_batches(batches, size=24)
     assert sorted(labels) == sorted(list(range(CLASSES)) * PER_CLASS)
     finish(proc)
@@ -120,7 +126,7 @@ def test_normalize_sends_float32(tree, popen, free_port):
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "6", "--size", "16", "-n", "-S",
                             "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
-        (batches,) = receive(conn, 1)
+        (batches,) = receive(conn, 1, proc)
     check_batches(batches, size=16, dtype=np.float32)
     images = np.concatenate([images for images, _ in batches])
     assert images.min() < -0.5 and images.max() > 1.0  # ImageNet mean/std normalization, not [0, 1]
@@ -133,7 +139,7 @@ def test_benchmark_mode_repeats_one_batch(tree, popen, free_port):
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE), "-B",
                             "--count", "7", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
-        (batches,) = receive(conn, 1)
+        (batches,) = receive(conn, 1, proc)
     check_batches(batches)
     assert len(batches) == 7
     assert all(np.array_equal(b[0], batches[0][0]) and np.array_equal(b[1], batches[0][1]) for b in batches)
@@ -156,9 +162,41 @@ def test_shards_server(shards, popen, free_port):
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-shards"), "-u", shards, "-b", "4", "--size", "20", "-S", "-P", "2",
                             "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
-        epochs = receive(conn, 2)
+        epochs = receive(conn, 2, proc)
     total = np.concatenate([check_batches(batches, size=20) for batches in epochs])
     assert sorted(total) == sorted(list(range(CLASSES)) * PER_CLASS * 2)
+    finish(proc)
+
+
+@pytest.fixture
+def http_base(shards):
+    """An http.server on 127.0.0.1 (a thread here) serving the shard directory; yields its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(Path(shards).parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def test_shards_server_over_http(http_base, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("serve-imagenet-shards"), "-u", f"{http_base}/part-{{0..1}}.tar", "-b", "5",
+                            "--size", "16", "-w", "2", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
+                           stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1, proc)
+    assert sorted(check_batches(batches, size=16)) == sorted(list(range(CLASSES)) * PER_CLASS)
     finish(proc)
 
 
@@ -219,7 +257,7 @@ def test_tensorcom_serve_user_function(user_module, popen, free_port, function, 
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("tensorcom"), "serve", f"usermod_h7:{function}", f"zpush://127.0.0.1:{port}",
                             "-w", workers, "--epochs", "2", "-r", "0"], cwd=user_module, stderr=subprocess.PIPE, text=True)
-        epochs = receive(conn, 2)
+        epochs = receive(conn, 2, proc)
     received = sorted(int(x) for batches in epochs for batch in batches for x in batch[1])
     assert received == sorted(expected * 2)
     finish(proc)

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import subprocess
 import textwrap
 import threading
 import time
@@ -205,3 +204,28 @@ def test_worker_memory_steady_over_thousands_of_batches(free_port):
     assert len(rss) == 3000
     growth = max(rss[500:]) - rss[500]
     assert growth < 20 * 2**20, f"worker RSS grew by {growth / 2**20:.1f} MiB over 2500 batches"
+
+
+def test_factory_module_in_the_current_directory(tmp_path, monkeypatch, free_port):
+    (tmp_path / "my_feed.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from tensorcom.pipeline import Pipeline
+
+        def ident(i):
+            return np.full(2, i, np.int32), np.int32(i)
+
+        def make():
+            return Pipeline(range(9)).map(ident).batch(3)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=10) as conn:
+        thread, result = in_thread("my_feed:make", f"zpush://127.0.0.1:{port}", workers=2, report=None)
+        try:
+            batches = list(conn)
+        finally:
+            thread.join(timeout=30)
+            assert "error" not in result, result
+    assert sorted(int(x) for b in batches for x in b[1]) == list(range(9))
+    assert all(np.array_equal(b[0][:, 0], b[1]) for b in batches)

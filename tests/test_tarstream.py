@@ -1,4 +1,8 @@
-"""Our tar parser against Python's tarfile: formats, long names, gzip, grouping, and bad archives."""
+"""Our tar parser against Python's tarfile: formats, long names, gzip, grouping, and bad archives.
+
+Every test runs twice, with the C scanner (tensorcom._tarscan) and with the pure-Python one, chosen
+through $TENSORCOM_PURE_PYTHON as users choose it.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tensorcom import tarscan
 from tensorcom.errors import OpenError, SampleError, TarFormatError
 from tensorcom.handlers import SkipCounts, ignore_and_continue, warn_and_continue
 from tensorcom.tarstream import buffered, group_samples, shard_samples, split_name, tar_members
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def scanner(request, monkeypatch):
+    """Run the test with the C scanner, then with the pure-Python one; yields the scanner in use."""
+    if request.param == "c":
+        if tarscan.scan_c is None:
+            pytest.skip("tensorcom._tarscan is not built (no C compiler at install time)")
+        monkeypatch.delenv("TENSORCOM_PURE_PYTHON", raising=False)
+        assert tarscan.scanner() is tarscan.scan_c
+    else:
+        monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "1")
+        assert tarscan.scanner() is tarscan.scan_python
+    return tarscan.scanner()
 
 
 def make_tar(members, fmt=tarfile.PAX_FORMAT, extra=None) -> bytes:
@@ -30,8 +49,8 @@ def make_tar(members, fmt=tarfile.PAX_FORMAT, extra=None) -> bytes:
     return out.getvalue()
 
 
-def members_of(data: bytes, url: str = "mem.tar", bufsize: int = 1 << 20) -> list:
-    return list(tar_members(buffered(io.BytesIO(data), url, bufsize), url))
+def members_of(data: bytes, url: str = "mem.tar", bufsize: int = 1 << 20, window: int = 1 << 21) -> list:
+    return list(tar_members(buffered(io.BytesIO(data), url, bufsize), url, window))
 
 
 def tarfile_members(data: bytes) -> list:
@@ -69,11 +88,12 @@ def test_skips_directories_links_and_metadata():
 @given(st.lists(st.tuples(st.text("abcxyz/é_-", min_size=1, max_size=120).filter(
     lambda s: not s.startswith("/") and not s.endswith("/") and "//" not in s),
     st.binary(max_size=3000)), max_size=8),
-       st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]), st.sampled_from([512, 4096, 1 << 20]))
-def test_random_archives_match_tarfile(members, fmt, bufsize):
+       st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]), st.sampled_from([512, 4096, 1 << 20]),
+       st.sampled_from([512, 1024, 1536, 5000, 1 << 21]))
+def test_random_archives_match_tarfile(members, fmt, bufsize, window):
     data = make_tar(members, fmt)
     expected = [m for m in tarfile_members(data) if not re.match(r"__[^/]*__($|/)", m[0])]  # metadata
-    assert members_of(data, bufsize=bufsize) == expected
+    assert members_of(data, bufsize=bufsize, window=window) == expected
 
 
 def test_member_larger_than_buffer_and_gzip():
@@ -190,3 +210,117 @@ def test_other_checksum_and_size_encodings():
     for size_field, checksum_format in ((None, "%07o\0"), (base256, "%06o\0 "), (b"5" + b" " * 11, "%o\0")):
         changed = rewrite_header(data[:512], size_field, checksum_format) + data[512:]
         assert members_of(changed) == [("a.txt", b"hello")], (size_field, checksum_format)
+
+
+def test_members_across_window_edges_and_streams_without_readinto():
+    members = [(f"s{i:03d}.{ext}", bytes([i]) * (i * 37 % 1500)) for i in range(60) for ext in ("a", "b")]
+    data = make_tar(members, fmt=tarfile.USTAR_FORMAT)
+    for window in (512, 1000, 2048, 7000):
+        assert members_of(data, bufsize=512, window=window) == members, window
+
+    class ReadOnly:  # an object with read() only: the window falls back to read + copy
+        def __init__(self, blob):
+            self.blob = io.BytesIO(blob)
+
+        def read(self, count=-1):
+            return self.blob.read(count)
+
+    assert list(tar_members(ReadOnly(data), "r.tar", 4096)) == members
+    with pytest.raises(ValueError, match="100"):
+        list(tar_members(io.BytesIO(data), "r.tar", 100))
+
+
+def ustar_header(name: bytes, size: int, kind: bytes = b"0", prefix: bytes = b"") -> bytes:
+    """A ustar header block with raw `name` and `prefix` bytes (any bytes, unlike tarfile's)."""
+    block = bytearray(512)
+    block[:len(name)] = name
+    block[124:136] = b"%011o\0" % size
+    block[156:157] = kind
+    block[257:265] = b"ustar\x0000"
+    block[345:345 + len(prefix)] = prefix
+    return rewrite_header(bytes(block))
+
+
+def raw_tar(entries) -> bytes:
+    """A tar of (name, data, prefix) entries with hand-made ustar headers, then the end blocks."""
+    out = b""
+    for name, data, prefix in entries:
+        out += ustar_header(name, len(data), prefix=prefix) + data + b"\0" * (-len(data) % 512)
+    return out + b"\0" * 1024
+
+
+ODD_NAMES = [b"__a__", b"____", b"___", b"__a__/x.txt", b"__a__\n", b"__a__x/y.txt", b"_a__.txt",
+             b"a/__b__", b"k.TXT", b"k.\xc3\x84X", b"bad\xff.Jpg", b"d/.hidden", b"noext", b"a.b/c",
+             b"x.y.Z"]
+
+
+def test_odd_names_match_the_python_rules():
+    entries = [(name, b"%d" % i, b"") for i, name in enumerate(ODD_NAMES)]
+    entries += [(b"n.JPG", b"p", b"__m__"), (b"n.txt", b"q", b"dir/__m__"), (b"z.Txt", b"r", b"pre/fix")]
+    got = members_of(raw_tar(entries))
+    names = [(p + b"/" if p else b"") + n for n, _, p in entries]
+    meta = re.compile(r"__[^/]*__($|/)")
+    expected = [(n.decode("utf-8", "surrogateescape"), d) for n, (_, d, _) in zip(names, entries)]
+    assert got == [(n, d) for n, d in expected if not meta.match(n)]
+    samples = list(shard_samples_of(raw_tar(entries)))
+    assert samples == list(group_samples(iter(got), "mem.tar"))
+    assert {"__key__": "k", "__url__": "mem.tar", "txt": b"8", "äx": b"9"} in samples
+    assert {"__key__": "bad\udcff", "__url__": "mem.tar", "jpg": b"10"} in samples
+    assert [s["__key__"] for s in samples][-3:] == ["x", "dir/__m__/n", "pre/fix/z"]  # __m__/n is metadata
+
+
+def shard_samples_of(data: bytes):
+    from tensorcom.tarstream import _group, _read_members
+
+    return _group(_read_members(buffered(io.BytesIO(data), "mem.tar"), "mem.tar", 4096), "mem.tar", None, None)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=99).filter(lambda b: b[0] != 0 and b"\0" not in b),
+                          st.binary(max_size=700), st.sampled_from([b"", b"pre", b"__m__", b"\xe2x"])),
+                max_size=6),
+       st.integers(0, 3000), st.integers(0, 3000), st.integers(0, 255))
+def test_c_and_python_scanners_agree(entries, end, where, value):
+    """Same members, stop offset and last name, also with one byte of the archive overwritten."""
+    if tarscan.scan_c is None:
+        pytest.skip("tensorcom._tarscan is not built")
+    buf = bytearray(raw_tar(entries))
+    end = min(end, len(buf))
+    if where < len(buf):
+        buf[where] = value
+
+    def run(scan):
+        items = []
+        state = yield_all(scan(buf, 0, end), items)
+        return items, state
+
+    assert run(tarscan.scan_c) == run(tarscan.scan_python)
+
+
+def yield_all(iterator, items):
+    """Collect `iterator`'s items into `items` and return its return value (StopIteration.value)."""
+    while True:
+        try:
+            items.append(next(iterator))
+        except StopIteration as stop:
+            return stop.value
+
+
+def test_signed_checksum_and_scan_arguments():
+    data = make_tar([("é.txt", b"x")], fmt=tarfile.USTAR_FORMAT)
+    block = bytearray(data[:512])
+    block[148:156] = b" " * 8
+    signed = sum(b - 256 if b > 127 else b for b in block)
+    block[148:156] = b"%06o\0 " % signed  # as some old tars wrote it: only the careful path accepts it
+    assert members_of(bytes(block) + data[512:]) == [("é.txt", b"x")]
+    if tarscan.scan_c is not None:
+        for pos, end in ((-1, 10), (5, 4), (0, len(data) + 1)):
+            with pytest.raises(ValueError, match="pos"):
+                tarscan.scan_c(data, pos, end)
+
+
+def test_pure_python_switch(monkeypatch):
+    monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "yes")
+    assert tarscan.scanner() is tarscan.scan_python
+    monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "0")
+    assert tarscan.scanner() is (tarscan.scan_c or tarscan.scan_python)

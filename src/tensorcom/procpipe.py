@@ -13,7 +13,6 @@ dies is noticed as soon as the OS reports it.
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
 import pickle
@@ -23,20 +22,29 @@ from multiprocessing import connection as mpc
 from typing import Any, Callable
 
 PIPE_SIZE = 1 << 20
+IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 
 
 def widen(conn: Any, size: int = PIPE_SIZE) -> None:
     """Ask the OS for a `size`-byte pipe buffer behind `conn` (ignored where not possible)."""
     try:
+        import fcntl
+
         fcntl.fcntl(conn.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
-    except OSError:
+    except (ImportError, OSError):
         pass
 
 
-def _write_all(fd: int, data: Any) -> None:
-    view = memoryview(data).cast("B")
-    while view.nbytes:
-        view = view[os.write(fd, view):]
+def _write_all(fd: int, parts: list) -> None:
+    """Write every part, in order, with as few writev calls as the pipe allows."""
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+    while views:
+        written = os.writev(fd, views[:IOV_MAX])
+        while written:
+            if written >= views[0].nbytes:
+                written -= views.pop(0).nbytes
+            else:
+                views[0], written = views[0][written:], 0
 
 
 def _read_exact(stream: io.FileIO, size: int) -> bytearray:
@@ -63,10 +71,8 @@ class PipeSender:
         buffers: list[pickle.PickleBuffer] = []
         data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         views = [b.raw() for b in buffers]
-        _write_all(self.fd, array("q", [len(views), len(data), *(v.nbytes for v in views)]).tobytes())
-        _write_all(self.fd, data)
-        for view in views:
-            _write_all(self.fd, view)
+        header = array("q", [len(views), len(data), *(v.nbytes for v in views)])
+        _write_all(self.fd, [header, data, *views])
 
 
 def receive(stream: io.FileIO) -> Any:

@@ -52,10 +52,13 @@ def close_flushing(conn: Any, linger: float) -> None:
 
 
 def load_factory(spec: str) -> Callable[[], Pipeline]:
-    """The function named by "package.module:function"; ValueError when the name does not resolve."""
+    """The function named by "package.module:function"; ValueError when the name does not resolve.
+    As `python -m` does, the current directory is put on sys.path first (spawned workers inherit it)."""
     module_name, colon, name = spec.partition(":")
     if not colon or not module_name or not name:
         raise ValueError(f"a pipeline factory must be written MODULE:FUNCTION, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         target: Any = importlib.import_module(module_name)
         for part in name.split("."):
@@ -179,6 +182,7 @@ def serve_worker(spec: Any, index: int, count: int, urls: list[str], group: str 
         try:
             send_epochs(pipeline, conn, epochs, first_epoch, progress, stop, barrier)
         finally:
+            pipeline.close()
             close_flushing(conn, 0.0 if stop.is_set() else linger)
         progress.post("done")
     except Exception as exc:
@@ -225,11 +229,15 @@ class _Supervisor:
 
     def wait(self) -> None:
         """Handle messages until every worker is done; raise on the first failure."""
+        next_check = 0.0
         while len(self.done) < len(self.procs):
             try:
                 self.handle(self.messages.get(timeout=0.2))
             except queue.Empty:
+                pass
+            if time.monotonic() >= next_check:  # even while messages keep coming
                 self.check_alive()
+                next_check = time.monotonic() + 0.5
             self.maybe_report()
 
     def check_alive(self) -> None:

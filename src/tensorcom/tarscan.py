@@ -1,23 +1,26 @@
 """The fast path of the tar reader: a read window over a stream and a whole-buffer header scanner.
 
     Window(stream, size)     a bytearray of `size` bytes; buf[pos:end] is read but not yet parsed
-    scan_python(buf, pos, end) -> (members, pos, last)   the pure-Python scanner
+    scan_python(buf, pos, end)   the pure-Python scanner: yields (name, key, extension, data)
+                             and returns (pos, last)
     scanner()                the C scanner `tensorcom._tarscan.scan` (same contract) when it is built
                              and allowed (settings.tar_accelerator()), else scan_python
 
 A scanner parses, from `pos`, every member that lies wholly in buf[pos:end] (header, data and
 padding) with an ordinary header: a valid checksum, a plain octal size, and a type other than the
-pax / GNU long-name ones. It returns the (name, bytes) of the regular, non-`__meta__` members among
-them, the offset of the first header it did not take, and the name of the last member it took (None
-when it took none). It never raises on bad data: it stops there, and tarstream's careful one-member
-parser takes over (exact checksum, pax and GNU names, base-256 sizes, members larger than the window,
-errors naming URL and member).
+pax / GNU long-name ones. It yields (name, key, extension, bytes) for the regular, non-`__meta__`
+members among them (key and extension as `split_name` makes them, both None for a name without an
+extension) and returns (as a generator's return value, which `yield from` hands back) the offset of
+the first header it did not take and the name of the last member it took (None when it took none).
+It never raises on bad data: it stops there, and tarstream's careful one-member parser takes over
+(exact checksum, pax and GNU names, base-256 sizes, members larger than the window, errors naming
+URL and member). Both scanners take and stop at the same headers; tests/test_tarstream.py checks it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 from zlib import adler32
 
 from tensorcom import settings
@@ -28,7 +31,8 @@ REGULAR = (0, ord("0"), ord("7"))
 SPECIAL = (ord("K"), ord("L"), ord("g"), ord("x"))  # GNU long link / long name, pax global / extended
 POSIX_MAGIC = b"ustar\x0000"
 
-Scanner = Callable[[Any, int, int], "tuple[list[tuple[str, bytes]], int, str | None]"]
+Keyed = tuple[str, "str | None", "str | None", bytes]  # (name, key, extension, data)
+Scanner = Callable[[Any, int, int], Iterator[Keyed]]  # returns (pos, last) at its end
 
 try:
     from tensorcom._tarscan import scan as scan_c
@@ -99,37 +103,50 @@ def header_name(header: bytes) -> str:
 
 
 def _plain_octal(field: bytes) -> int:
-    """An octal number field (NUL/space padded); -1 for anything else (base-256, junk)."""
-    if field[0] & 0x80:
+    """An octal number field in its plain form (blanks, octal digits, blanks, then NUL or the end of
+    the field), as the C scanner reads it; -1 for anything else (base-256, signs, junk)."""
+    text = field.split(b"\0", 1)[0].strip()
+    if not text:
+        return 0
+    if not text.isdigit() or b"8" in text or b"9" in text:
         return -1
-    try:
-        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
-    except ValueError:
-        return -1
+    return int(text, 8)
 
 
 def _expected_adler(field: bytes) -> int:
     """The low half of adler32(header) that a header whose checksum field is `field` must have,
-    or -1 when the field is not the usual six octal digits then NUL or space.
+    or -1 when the field is not a plain octal number.
 
     adler32's low half is 1 + (byte sum mod 65521); with the checksum field counted as spaces the byte
     sum must equal the stored value. A corrupt header passes only if its byte sum moved by a multiple
     of 65521 (more than 256 changed bytes); the careful parser checks the exact sum.
     """
-    try:
-        if field[6] not in (0, 32):
-            return -1
-        return (int(field[:6], 8) + (adler32(field) & 0xFFFF) - 256) % 65521
-    except ValueError:
-        return -1
+    stored = _plain_octal(field)
+    return -1 if stored < 0 else (stored + (adler32(field) & 0xFFFF) - 256) % 65521
 
 
 _known: dict[bytes, int] = {}  # checksum field -> expected adler32 low half; size field -> size
 
 
-def scan_python(buf: Any, pos: int, end: int) -> tuple[list[tuple[str, bytes]], int, str | None]:
+def split_name(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member name: key up to the first dot of the basename, extension the rest
+    lower-cased; None for names with no dot or an empty basename before it ("a/.hidden")."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot <= slash + 1:
+        return None
+    return name[:dot], name[dot + 1:].lower()
+
+
+def keyed(name: str, data: bytes) -> Keyed:
+    """(name, key, extension, data) for a member; key and extension None when `name` has none."""
+    split = split_name(name)
+    return (name, None, None, data) if split is None else (name, split[0], split[1], data)
+
+
+def scan_python(buf: Any, pos: int, end: int) -> Iterator[Keyed]:
     """Members lying wholly in buf[pos:end] with ordinary headers; see the module docstring."""
-    view, known, found, last = memoryview(buf), _known, [], None
+    view, known, last = memoryview(buf), _known, None
     if len(known) > 100000:
         known.clear()
     while end - pos >= BLOCK:
@@ -147,8 +164,17 @@ def scan_python(buf: Any, pos: int, end: int) -> tuple[list[tuple[str, bytes]], 
         stop = start + size
         if expected != adler32(header) & 0xFFFF or size < 0 or stop + (-size % BLOCK) > end:
             break
-        last = name = header_name(header)
+        cut = header.find(b"\0", 0, 100)  # header_name and split_name inlined: a hot loop
+        raw = header[:cut] if cut >= 0 else header[:100]
+        if header[345] and header[257:265] == POSIX_MAGIC:
+            raw = header[345:500].split(b"\0", 1)[0] + b"/" + raw
+        last = name = raw.decode("utf-8", "surrogateescape")
         pos = stop + (-size % BLOCK)
         if kind in REGULAR and (name[:2] != "__" or not META.match(name)):
-            found.append((name, bytes(view[start:stop])))
-    return found, pos, last
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot <= slash + 1:
+                yield name, None, None, bytes(view[start:stop])
+            else:
+                yield name, name[:dot], name[dot + 1:].lower(), bytes(view[start:stop])
+    return pos, last

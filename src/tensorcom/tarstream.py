@@ -5,24 +5,29 @@
                                  `__meta__` members skipped; headers checked (checksum, sizes, truncation)
     group_samples(members, url)  dicts {"__key__", "__url__", ext: bytes}: consecutive members with one key
     shard_samples(url)           all three, with the bad-data policy applied per shard and per sample
+    split_name(name)             (key, extension) of a member name, or None
 
-No tarfile objects per member: each member costs one 512-byte header read, one data read (a single copy
-out of the 1 MiB buffer) and one padding read. Errors are TarFormatError / OpenError / SampleError
-naming the shard URL and the member.
+No tarfile objects and no read call per member: the stream is read into a 2 MiB window (readinto), a
+scanner (tensorcom.tarscan: C when built, else Python) walks every ordinary header lying wholly in it
+and hands out (name, key, extension, data), one copy of each member's data; the careful one-member
+parser here takes what the scanner leaves (pax / GNU headers, members crossing the window's edge or
+larger than it, bad data, the end). Errors are TarFormatError / OpenError / SampleError naming the
+shard URL and the member.
 """
 
 from __future__ import annotations
 
 import io
 import zlib
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from tensorcom.errors import OpenError, SampleError, ShardError, TarFormatError
 from tensorcom.gopen import DEFAULT_BUFSIZE, gopen
 from tensorcom.handlers import Handler, SkipCounts, handle
-from tensorcom.tarscan import BLOCK, META, REGULAR, Window, header_name, scanner
+from tensorcom.tarscan import BLOCK, META, REGULAR, Keyed, Window, header_name, keyed, scanner
+from tensorcom.tarscan import split_name as split_name  # public here, as before
 
-WINDOW = 4 * DEFAULT_BUFSIZE  # bytes per read: larger than the stream's buffer, so reads bypass it
+WINDOW = 2 * DEFAULT_BUFSIZE  # bytes per readinto: over the stream's buffer size, so reads go straight to the file
 
 
 class Gunzip(io.RawIOBase):
@@ -158,12 +163,8 @@ def tar_members(stream: IO[bytes], url: str, window: int = WINDOW) -> Iterator[t
     directories, links, special files and `__meta__` members. Raises TarFormatError for a bad
     checksum, a truncated header or member, and OpenError when reading the stream fails.
     """
-    try:
-        yield from _members(stream, url, window)
-    except ShardError:
-        raise
-    except (OSError, EOFError) as exn:
-        raise OpenError(f"read failed: {exn}", url=url) from exn
+    for name, _, _, data in _read_members(stream, url, window):
+        yield name, data
 
 
 def _special(kind: int, data: bytes, override: dict[str, str] | None, url: str,
@@ -178,34 +179,39 @@ def _special(kind: int, data: bytes, override: dict[str, str] | None, url: str,
     return None
 
 
-def _members(stream: IO[bytes], url: str, size: int) -> Iterator[tuple[str, bytes]]:
-    """The member loop: the scanner takes every ordinary member lying wholly in the window; what it
-    leaves (window edge, pax / GNU headers, bad data, the end) goes through `_one_member`."""
+def _read_members(stream: IO[bytes], url: str, size: int) -> Iterator[Keyed]:
+    """tar_members as (name, key, extension, data). The scanner takes every ordinary member lying
+    wholly in the window; what it leaves (the window's edge, pax / GNU headers, bad data, the end)
+    goes through `_one_member`. Read failures become OpenError."""
     window, scan = Window(stream, size), scanner()
     previous: str | None = None
     override: dict[str, str] | None = None  # from pax / GNU long-name headers, for the next member
     filled = False  # the window was refilled and nothing has been parsed since
-    while True:
-        if override is None:
-            found, pos, last = scan(window.buf, window.pos, window.end)
-            if last is not None:
-                window.pos, previous, filled = pos, last, False
-                yield from found
-        if not filled and window.has_room():
-            window.fill()
-            filled = True
-            continue
-        filled = False
-        member = _one_member(window, url, previous, override)
-        if member is None:
-            return
-        previous, kind, data = member
-        if kind in REGULAR:
-            override = None
-            if previous[:2] != "__" or not META.match(previous):
-                yield previous, data
-        else:
-            override = _special(kind, data, override, url, previous)
+    try:
+        while True:
+            if override is None:
+                pos, last = yield from scan(window.buf, window.pos, window.end)
+                if last is not None:
+                    window.pos, previous, filled = pos, last, False
+            if not filled and window.has_room():
+                window.fill()
+                filled = True
+                continue
+            filled = False
+            member = _one_member(window, url, previous, override)
+            if member is None:
+                return
+            previous, kind, data = member
+            if kind in REGULAR:
+                override = None
+                if previous[:2] != "__" or not META.match(previous):
+                    yield keyed(previous, data)
+            else:
+                override = _special(kind, data, override, url, previous)
+    except ShardError:
+        raise
+    except (OSError, EOFError) as exn:
+        raise OpenError(f"read failed: {exn}", url=url) from exn
 
 
 def _one_member(window: Window, url: str, previous: str | None,
@@ -233,16 +239,6 @@ def _one_member(window: Window, url: str, previous: str | None,
     return name, header[156], data
 
 
-def split_name(name: str) -> tuple[str, str] | None:
-    """(key, extension) of a member name: key up to the first dot of the basename, extension the rest
-    lower-cased; None for names with no dot or an empty basename before it ("a/.hidden")."""
-    slash = name.rfind("/")
-    dot = name.find(".", slash + 1)
-    if dot <= slash + 1:
-        return None
-    return name[:dot], name[dot + 1:].lower()
-
-
 def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handler | None = None,
                   counts: SkipCounts | None = None) -> Iterator[dict[str, Any]]:
     """Group consecutive members with the same key into samples {"__key__", "__url__", ext: bytes}.
@@ -250,17 +246,20 @@ def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handl
     A repeated extension within a sample is a SampleError; under a continuing `handler` the whole
     sample is dropped and counted. Names without an extension are ignored.
     """
+    return _group((keyed(name, data) for name, data in members), url, handler, counts)
+
+
+def _group(members: Iterable[Keyed], url: str, handler: Handler | None,
+           counts: SkipCounts | None) -> Iterator[dict[str, Any]]:
+    """group_samples over (name, key, extension, data) members (the scanners' form)."""
     current: dict[str, Any] = {}
-    key_now: str | None = None
+    key_now = ""  # the key of the sample in `current`; "" before the first (keys are never empty)
     bad = False
-    for name, data in members:
-        slash = name.rfind("/")
-        dot = name.find(".", slash + 1)
-        if dot <= slash + 1:
-            continue
-        key, ext = name[:dot], name[dot + 1:].lower()
+    for name, key, ext, data in members:
         if key != key_now:
-            if key_now is not None and not bad:
+            if key is None:
+                continue
+            if key_now and not bad:
                 yield current
             current, key_now, bad = {"__key__": key, "__url__": url, ext: data}, key, False
         elif ext in current:
@@ -270,7 +269,7 @@ def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handl
                 bad = True
         else:
             current[ext] = data
-    if key_now is not None and not bad:
+    if key_now and not bad:
         yield current
 
 
@@ -285,7 +284,7 @@ def shard_samples(url: str, handler: Handler | None = None, counts: SkipCounts |
         handle(exn, handler, counts, "shards")
         return
     try:
-        yield from group_samples(tar_members(stream, url), url, handler, counts)
+        yield from _group(_read_members(stream, url, max(WINDOW, 2 * bufsize)), url, handler, counts)
     except (TarFormatError, OpenError) as exn:
         handle(exn, handler, counts, "shards")
     finally:

@@ -168,31 +168,35 @@ def _views(frames: Any) -> list[memoryview]:
     return [tenbin.byte_view(frame, index, "frame") for index, frame in enumerate(frames)]
 
 
-def _ext_hook(arrays: list, used: list[int]) -> Any:
-    """msgpack ext hook resolving array references and tuples; raises DecodeError on bad ones."""
-    depth = [0]
+class _ExtHook:
+    """msgpack ext hook resolving array references and tuples; raises DecodeError on bad ones.
 
-    def hook(code: int, data: bytes) -> Any:
+    A class rather than a closure: a closure that passes itself to `_unpack` would form a reference
+    cycle keeping every decoded message's frames alive until the cyclic garbage collector runs.
+    """
+
+    def __init__(self, arrays: list, used: list[int]):
+        self.arrays, self.used, self.depth = arrays, used, 0
+
+    def __call__(self, code: int, data: bytes) -> Any:
         if code == EXT_ARRAY:
             index = int.from_bytes(data, "big")
-            if len(data) != 4 or index >= len(arrays):
-                raise _frame_error(f"array reference {data.hex()} but {len(arrays)} arrays", 0)
-            used[index] += 1
-            return arrays[index]
+            if len(data) != 4 or index >= len(self.arrays):
+                raise _frame_error(f"array reference {data.hex()} but {len(self.arrays)} arrays", 0)
+            self.used[index] += 1
+            return self.arrays[index]
         if code == EXT_TUPLE:
-            if depth[0] >= MAX_DEPTH:
+            if self.depth >= MAX_DEPTH:
                 raise _frame_error(f"tuples nested deeper than {MAX_DEPTH}", 0)
-            depth[0] += 1
+            self.depth += 1
             try:
-                items = _unpack(data, hook)
+                items = _unpack(data, self)
             finally:
-                depth[0] -= 1
+                self.depth -= 1
             if not isinstance(items, list):
                 raise _frame_error(f"tuple payload is a {type(items).__name__}, not an array", 0)
             return tuple(items)
         raise _frame_error(f"unknown msgpack ext type {code}", 0)
-
-    return hook
 
 
 def _unpack(data: Any, hook: Any) -> Any:
@@ -229,7 +233,7 @@ def _decode_v2(views: list[memoryview], nbytes: int) -> Message:
     """Message from v2 frames: metadata frame, then tenbin pairs."""
     arrays, infos = tenbin.decode_arrays(views[1:], first=1, unit="frame")
     used = [0] * len(arrays)
-    meta = _unpack(views[0][len(MAGIC):], _ext_hook(arrays, used))
+    meta = _unpack(views[0][len(MAGIC):], _ExtHook(arrays, used))
     _check_meta(meta)
     kind, batch = meta["kind"], meta.get("batch")
     if kind == "batch" and not isinstance(batch, (list, tuple, dict)):

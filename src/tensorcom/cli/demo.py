@@ -213,11 +213,10 @@ def open_bytes(path: str) -> bytes:
 
 def manual_commands(arguments: list[str], port: int) -> str:
     """The commands a user would type to do by hand what the demo does."""
-    return "\n".join([
-        "the same by hand, in two shells:",
-        "  " + shlex.join(["serve-imagenet-dir", *arguments]),
-        "  " + shlex.join(["tensormon", f"zpull://127.0.0.1:{port}"]) + "    # or train from zpull://127.0.0.1:%d" % port,
-    ])
+    server = shlex.join(["serve-imagenet-dir", *arguments])
+    monitor = shlex.join(["tensormon", f"zpull://127.0.0.1:{port}"])
+    return (f"the same by hand, in two shells (a training job reads the URL that tensormon watches):\n"
+            f"  {server}\n  {monitor}")
 
 
 def run_demo(args: argparse.Namespace) -> float:
