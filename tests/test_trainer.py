@@ -7,6 +7,19 @@ import pytest
 
 from tensorcom.trainer import NumpyTrainer, make_trainer, pooled_features, torch_available
 
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """TorchTrainer sets torch's process-wide thread count; put it back for the other tests."""
+    if not torch_available():
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 COLOURS = np.array([[220, 40, 40], [40, 200, 40], [40, 40, 220]], np.uint8)
 
 

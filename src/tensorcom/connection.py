@@ -11,7 +11,9 @@ end-of-epoch marker carrying the sender's id, a `group` (default: none, i.e. a g
 `group_size`. A group is complete when markers from `group_size` distinct senders of that group have
 arrived. `for batch in conn` ends when as many groups are complete as the connection expects: one
 per endpoint it connects to, plus `senders` (default 1) if it binds. Markers that arrive early are
-kept for the next pass. A stream without markers (a tensorcom 0.1 server) never ends by itself; a
+kept for the next pass, and so are the batches of a sender that has already ended the current pass
+(up to MAX_HELD_MESSAGES / MAX_HELD_BYTES, after which they are let through with a warning), so a
+fast sender's next epoch never leaks into this one. A stream without markers (a tensorcom 0.1 server) never ends by itself; a
 pass also ends after `epoch` batches (so it yields at most `len(conn)` batches), after `total` samples
 over the connection's life (when > 0), or with `RecvTimeout` after `timeout` seconds of silence.
 """
@@ -22,6 +24,8 @@ import os
 import secrets
 import socket as _socket
 import sys
+import warnings
+from collections import deque
 from typing import Any, Iterable, Iterator
 
 from tensorcom import settings, sockets, urls, wire
@@ -30,6 +34,9 @@ from tensorcom.errors import TransportError
 from tensorcom.stats import SequenceTracker, Statistics
 
 DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
+SEND_LINGER = 10.0  # seconds close() waits for queued outgoing messages on a sending socket
+MAX_HELD_MESSAGES = 100  # next-epoch messages kept back while other senders finish (see _next_message)
+MAX_HELD_BYTES = 1 << 30
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -96,6 +103,9 @@ class Connection:
         self._seq = 0
         self._tracker = SequenceTracker()
         self._markers: dict[Any, dict] = {}  # group key -> {"size": n, "senders": {sender: count}}
+        self._ended: set[str] = set()  # senders whose marker for the current pass has arrived
+        self._backlog: deque = deque()  # held messages to process before reading the socket again
+        self._held: list = []  # messages from senders in _ended, for the next pass
         self._context = None
         self._closed = False
         if url is not None:
@@ -150,12 +160,16 @@ class Connection:
         """The connection's URLs, comma-separated (used in error messages)."""
         return ",".join(e.url for e in self.endpoints) or "<not connected>"
 
-    def close(self, linger: float = 0.0) -> None:
-        """Close the socket, discarding unsent messages (or letting them leave for up to `linger`
-        seconds), and release the shared context; safe to call twice."""
+    def close(self, linger: float | None = None) -> None:
+        """Close the socket and release the shared context; safe to call twice. Queued outgoing
+        messages get up to `linger` seconds to leave (default: SEND_LINGER for a sending socket, so
+        the end of a stream is not lost; 0 for a receiving one)."""
         if self._closed:
             return
         self._closed = True
+        if linger is None:
+            sending = bool(self.endpoints) and self.endpoints[0].socket_type in ("PUSH", "PUB")
+            linger = SEND_LINGER if sending else 0.0
         if self.socket is not None:
             self.socket.close(linger=int(max(linger, 0.0) * 1000))
             self.socket = None
@@ -266,6 +280,7 @@ class Connection:
         """Record an end-of-epoch marker; True when it completes the epoch (see the module docstring)."""
         self._tracker.marker(message.sender, message.seq)
         self.stats.dropped = self._tracker.dropped
+        self._ended.add(message.sender)
         key = ("group", message.group) if message.group is not None else ("sender", message.sender)
         entry = self._markers.setdefault(key, {"size": message.group_size, "senders": {}})
         entry["senders"][message.sender] = entry["senders"].get(message.sender, 0) + 1
@@ -273,16 +288,33 @@ class Connection:
         if len(complete) < self._expected_groups():
             return False
         for entry in complete:  # consume one marker of each sender of each complete group
+            self._ended.difference_update(entry["senders"])
             entry["senders"] = {s: n - 1 for s, n in entry["senders"].items() if n > 1}
         self._markers = {k: e for k, e in self._markers.items() if e["senders"]}
+        self._backlog.extendleft(reversed(self._held))
+        self._held.clear()
         self.epoch_number += 1
         return True
+
+    def _next_message(self) -> Any:
+        """The next message to process: held-back ones first, then the socket. A message from a sender
+        that already ended the current pass is held for the next pass, within the held limits."""
+        while True:
+            message = self._backlog.popleft() if self._backlog else self._recv_message()
+            if self.raw or message.sender is None or message.sender not in self._ended:
+                return message
+            if len(self._held) >= MAX_HELD_MESSAGES or sum(m.nbytes for m in self._held) >= MAX_HELD_BYTES:
+                warnings.warn(f"{self.url}: senders are more than {len(self._held)} messages apart in "
+                              "their epochs; later epochs' batches are delivered in this pass",
+                              RuntimeWarning, stacklevel=3)
+                return message
+            self._held.append(message)
 
     def recv(self) -> Any:
         """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
         when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
         while True:
-            message = self._recv_message()
+            message = self._next_message()
             if self.raw:
                 return message
             if message.kind == "end_of_epoch":
@@ -298,7 +330,7 @@ class Connection:
         while yielded < self.epoch:
             if 0 < self.total <= self.count:
                 return
-            message = self._recv_message()
+            message = self._next_message()
             if not self.raw and message.kind == "end_of_epoch":
                 if self._note_marker(message):
                     return

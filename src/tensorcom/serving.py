@@ -43,14 +43,6 @@ PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
 DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages to leave
 
 
-def close_flushing(conn: Any, linger: float) -> None:
-    """Close `conn`, first giving ZeroMQ up to `linger` seconds to deliver what is still queued
-    (Connection.close alone discards it)."""
-    if getattr(conn, "socket", None) is not None and linger > 0:
-        conn.socket.close(linger=int(linger * 1000))
-    conn.close()
-
-
 def load_factory(spec: str) -> Callable[[], Pipeline]:
     """The function named by "package.module:function"; ValueError when the name does not resolve.
     As `python -m` does, the current directory is put on sys.path first (spawned workers inherit it)."""
@@ -183,7 +175,7 @@ def serve_worker(spec: Any, index: int, count: int, urls: list[str], group: str 
             send_epochs(pipeline, conn, epochs, first_epoch, progress, stop, barrier)
         finally:
             pipeline.close()
-            close_flushing(conn, 0.0 if stop.is_set() else linger)
+            conn.close(linger=0.0 if stop.is_set() else linger)
         progress.post("done")
     except Exception as exc:
         key = exc.key if isinstance(exc, WorkerError) else getattr(exc, "tensorcom_key", None)
@@ -302,7 +294,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     pipeline: Pipeline, "module:function", or callable returning a Pipeline. workers: default one per
     binding URL, else 1. epochs: how many epochs (None: forever), numbered from `first_epoch`.
     report: seconds between rate reports (None or 0: none); on_report(stats) replaces the stderr line.
-    connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout).
+    connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout);
+    allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
     linger: seconds a finished worker lets its last queued messages leave before it closes.
     Returns {"batches", "samples", "seconds", ...} when every worker has finished; raises WorkerError /
     WorkerDied when one fails.
@@ -316,7 +309,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     count = len(assigned)
     group = None if binds else f"serve-{secrets.token_hex(6)}"
     group_size = 1 if binds else count
-    options = {**(connection_options or {}), "linger": linger}
+    options = {"allow64": True, **(connection_options or {}), "linger": linger}
     supervisor = _Supervisor(report, on_report)
     try:
         supervisor.launch(lambda i: (pipeline, i, count, assigned[i], group, group_size, options, epochs,

@@ -27,7 +27,7 @@ from tensorcom.handlers import Handler, SkipCounts, handle
 from tensorcom.tarscan import BLOCK, META, REGULAR, Keyed, Window, header_name, keyed, scanner
 from tensorcom.tarscan import split_name as split_name  # public here, as before
 
-WINDOW = 2 * DEFAULT_BUFSIZE  # bytes per readinto: over the stream's buffer size, so reads go straight to the file
+WINDOW = 2 * DEFAULT_BUFSIZE  # bytes per readinto; above the stream's buffer size, so reads skip that buffer
 
 
 class Gunzip(io.RawIOBase):

@@ -236,7 +236,7 @@ def run_demo(args: argparse.Namespace) -> float:
     with tempfile.TemporaryFile("w+") as log:
         try:
             seen = serve_and_train(args, arguments, port, trainer, classes, log)
-        except BaseException:
+        except Exception:  # show what the server said, then fail
             log.seek(0)
             sys.stderr.write(log.read()[-2000:])
             raise
@@ -250,19 +250,21 @@ def serve_and_train(args: argparse.Namespace, arguments: list[str], port: int, t
     from tensorcom.connection import Connection
 
     conn = Connection(f"zpull://127.0.0.1:{port}", timeout=POLL)
-    out: queue.Queue = queue.Queue()  # unbounded: the server is never held back by training
+    out: queue.Queue = queue.Queue()  # unbounded (the demo data is small): training never holds the server back
     stop = threading.Event()
     thread = threading.Thread(target=receive_loop, args=(conn, args.epochs, out, stop, args.timeout), daemon=True)
     try:
         with server_process(arguments, log) as server:
             thread.start()
             seen = train(out, trainer, args.epochs, classes, args.timeout)
-            server.wait(timeout=30)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # done; it is stopped below if still there
+                server.wait(timeout=10)
         return seen
     finally:
         stop.set()
-        thread.join(timeout=2 * POLL + 1) if thread.ident else None
-        if not thread.is_alive():
+        if thread.ident is not None:
+            thread.join(timeout=2 * POLL + 1)
+        if not thread.is_alive():  # never close a socket another thread may be using
             conn.close()
 
 

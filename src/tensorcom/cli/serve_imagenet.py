@@ -191,8 +191,9 @@ def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: boo
 
 def finish_pipeline(pipeline, augment: Augment, batch_size: int, workers: int):
     """Add the augmentation (on `workers` processes, or inline when 0) and batching to `pipeline`."""
-    if workers > 0:
-        pipeline = pipeline.map(augment, rng=True, workers=workers, processes=True)
+    if workers > 0:  # a batch's worth in flight: with the default 2 per worker, slow images stall the rest
+        buffer = max(4 * workers, batch_size)
+        pipeline = pipeline.map(augment, rng=True, workers=workers, processes=True, buffer=buffer)
     else:
         pipeline = pipeline.map(augment, rng=True)
     return pipeline.batch(batch_size, collate=collate_pair)
