@@ -119,12 +119,19 @@ def pil_random_resized_crop(image, size: int, rng: random.Random, scale=(0.08, 1
         if 0 < w <= width and 0 < h <= height:
             left, top = rng.randint(0, width - w), rng.randint(0, height - h)
             return image.resize((size, size), Image.BILINEAR, box=(left, top, left + w, top + h))
-    aspect = width / height
-    w, h = (width, int(round(width / ratio[0]))) if aspect < ratio[0] else (
-        (int(round(height * ratio[1])), height) if aspect > ratio[1] else (width, height))
-    w, h = min(w, width), min(h, height)
+    w, h = fallback_crop(width, height, ratio)
     left, top = (width - w) // 2, (height - h) // 2
     return image.resize((size, size), Image.BILINEAR, box=(left, top, left + w, top + h))
+
+
+def fallback_crop(width: int, height: int, ratio: tuple[float, float]) -> tuple[int, int]:
+    """(w, h) of torchvision's fallback: the whole image with its aspect ratio clamped into `ratio`."""
+    aspect = width / height
+    if aspect < ratio[0]:
+        return width, min(height, int(round(width / ratio[0])))
+    if aspect > ratio[1]:
+        return min(width, int(round(height * ratio[1]))), height
+    return width, height
 
 
 class PILFolder:
@@ -340,6 +347,20 @@ def grid(root: Path, threads: list[int], processes: list[int], limit: int) -> st
     return "\n".join(lines)
 
 
+def compare(root: Path, repeats: int) -> tuple[dict, dict, dict]:
+    """Results of (a), (b), (c): `repeats` interleaved rounds (the machine's load drifts), best kept."""
+    runs = [("(a) torch DataLoader, 2 workers, PIL", run_dataloader),
+            ("(b) tensorcom Pipeline, 2 processes", run_pipeline),
+            ("(c) serve-imagenet-dir -P 2 -> Connection", run_served)]
+    best: dict[str, dict] = {}
+    for _ in range(repeats):
+        for name, run in runs:
+            result = measure(name, run, root)
+            if name not in best or result["rate"] > best[name]["rate"]:
+                best[name] = result
+    return tuple(best[name] for name, _ in runs)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer images)")
@@ -357,16 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [p.stat().st_size for p in list((root / "train").glob("*/*.jpg"))[:200]]
     print(f"{count} JPEGs of 500x375 in {root}, {np.mean(sizes) / 1000:.0f} KB on average; "
           f"RandomResizedCrop({SIZE}) + flip, batch {BATCH}, uint8; {os.cpu_count()} CPUs", flush=True)
-    runs = [("(a) torch DataLoader, 2 workers, PIL", run_dataloader),
-            ("(b) tensorcom Pipeline, 2 processes", run_pipeline),
-            ("(c) serve-imagenet-dir -P 2 -> Connection", run_served)]
-    best: dict[str, dict] = {}
-    for _ in range(args.repeats):  # interleaved, best of each: the machine's load drifts
-        for name, run in runs:
-            result = measure(name, run, root)
-            if name not in best or result["rate"] > best[name]["rate"]:
-                best[name] = result
-    a, b, c = (best[name] for name, _ in runs)
+    a, b, c = compare(root, args.repeats)
     print()
     print(table([a, b, c], a))
     print(f"\n(b)/(a) = {b['rate'] / a['rate']:.2f} (target >= 2.0)   (c)/(b) = {c['rate'] / b['rate']:.2f} (target >= 0.9)")

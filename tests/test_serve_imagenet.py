@@ -3,7 +3,6 @@ receiving Connection on 127.0.0.1: shapes, dtypes, labels, epoch ends, -P, -B, -
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -270,3 +269,14 @@ def test_tensorcom_serve_bad_factory(user_module, free_port, factory):
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and factory.split(":")[0] in errors[0]
+
+
+def test_tensorcom_serve_count_runs_epochs_back_to_back(user_module, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("tensorcom"), "serve", "usermod_h7:pipeline", f"zpush://127.0.0.1:{port}",
+                            "--count", "6", "-r", "0"], cwd=user_module, stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1, proc)
+    assert len(batches) == 6  # 4 batches per epoch: one epoch and a half, then one end-of-epoch marker
+    assert sorted(int(x) for b in batches[:4] for x in b[1]) == list(range(12))
+    finish(proc)

@@ -82,7 +82,10 @@ def pooled_features(images: np.ndarray, grid: int = 8, bins: int = 4) -> np.ndar
     top = np.argpartition(deviation, -max(1, h * w // 10), axis=1)[:, -max(1, h * w // 10) :]
     fore = np.take_along_axis(flat, top[:, :, None], axis=1)  # (N, K, C)
     levels = np.minimum((fore * bins).astype(np.int64), bins - 1)
-    codes = levels[..., 0] * bins * bins + levels[..., 1] * bins + levels[..., 2] if c == 3 else levels.mean(-1).astype(np.int64)
+    if c == 3:
+        codes = levels[..., 0] * bins * bins + levels[..., 1] * bins + levels[..., 2]
+    else:
+        codes = levels.mean(-1).astype(np.int64)
     size = bins**3 if c == 3 else bins
     offsets = (codes + np.arange(n)[:, None] * size).ravel()
     hist = np.bincount(offsets, minlength=n * size).reshape(n, size).astype(np.float32) / codes.shape[1]

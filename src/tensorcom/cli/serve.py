@@ -71,7 +71,8 @@ class AsPipeline:
         if isinstance(made, Pipeline):
             return made
         if not hasattr(made, "__iter__") or isinstance(made, (str, bytes, dict)):
-            raise TypeError(f"{self.spec} returned {type(made).__name__}; it must return a tensorcom Pipeline or an iterable of batches")
+            raise TypeError(f"{self.spec} returned {type(made).__name__}; "
+                            "it must return a tensorcom Pipeline or an iterable of batches")
         return Pipeline(FunctionSource(self.spec, made))
 
 
