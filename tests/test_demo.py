@@ -59,9 +59,10 @@ def test_demo_trains_to_90_percent(cache):
 
 
 def test_demo_numpy_backend(cache):
-    result = run_demo(cache, "--no-torch", "--epochs", "1", "--batch-size", "64", "--seed", "3")
+    result = run_demo(cache, "--no-torch", "--epochs", "1", "--batch-size", "64", "--seed", "3", "--workers", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "training a numpy classifier" in result.stdout
+    assert "epoch 1/1: 2000 images" in result.stdout  # both publishers' halves, one epoch
     assert accuracy(result.stdout) >= 90
 
 

@@ -70,12 +70,12 @@ def test_http_stream_statuses_and_retries(http_server):
     (http_server.root / "data.bin").write_bytes(payload)
     assert gopen(f"{http_server.url}/data.bin").read() == payload
     with pytest.raises(OpenError, match="404") as info:
-        gopen(f"{http_server.url}/nothing.tar")
-    assert info.value.url == f"{http_server.url}/nothing.tar"
-    assert http_server.requests["/nothing.tar"] == 1  # 4xx is final: no retries
+        gopen(f"{http_server.url}/gopen-missing.tar")
+    assert info.value.url == f"{http_server.url}/gopen-missing.tar"
+    assert http_server.requests["/gopen-missing.tar"] == 1  # 4xx is final: no retries
     with pytest.raises(OpenError, match="500"):
-        gopen(f"{http_server.url}/status/500/x.tar", retries=2, backoff=0.01)
-    assert http_server.requests["/status/500/x.tar"] == 3
+        gopen(f"{http_server.url}/status/500/retried.tar", retries=2, backoff=0.01)
+    assert http_server.requests["/status/500/retried.tar"] == 3
     assert gopen(f"{http_server.url}/flaky/2/data.bin", backoff=0.01).read() == payload
 
 

@@ -8,11 +8,14 @@ alternatives within one field separated by semicolons (`jpg;png`: the first one 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import itertools
 import sys
-from typing import Any, Iterator
+import traceback
+from typing import Any, Callable, Iterable, Iterator
 
-from tensorcom.errors import ShardError
+from tensorcom.errors import ShardError, TensorcomError, WorkerError
 
 SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
 DECODE_CHOICES = ("none", "rgb8", "rgb", "l8", "l", "rgba8", "rgba", "pil")
@@ -102,6 +105,42 @@ def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = No
             stream.close()
         except ShardError:
             pass  # only an early stop gets here: a `pipe:` source killed by SIGPIPE, say; not an error for us
+
+
+def run_tasks(func: Callable[[Any], Any], items: Iterable[Any], processes: int,
+              buffer: int | None = None) -> Iterator[Any]:
+    """Yield func(item) for each item, in input order: in this process when `processes` is 0, else in
+    that many spawned processes (tensorcom.workers.parallel_map; `func` must be picklable, `buffer`
+    items at most in flight). The first item that fails *in input order* ends the iteration with a
+    WorkerError naming its key (so which error is reported does not depend on timing); a worker
+    process that dies ends it with WorkerDied. Closing the iterator stops and joins the workers."""
+    attempt = functools.partial(try_call, func)
+    if processes == 0:
+        return _raise_failures(map(attempt, items))
+    from tensorcom.workers import parallel_map
+
+    return _raise_failures(parallel_map(items, attempt, workers=processes, processes=True, buffer=buffer))
+
+
+def try_call(func: Callable[[Any], Any], item: Any) -> tuple[bool, Any]:
+    """(True, func(item)), or (False, (message, traceback, key)) when func raised an Exception."""
+    try:
+        return True, func(item)
+    except Exception as exc:
+        if isinstance(exc, WorkerError):  # already names its key
+            return False, (str(exc).splitlines()[0], exc.remote_traceback or traceback.format_exc(), None)
+        message = str(exc) if isinstance(exc, TensorcomError) else f"{type(exc).__name__}: {exc}"
+        key = item.get("__key__") if isinstance(item, dict) else None
+        return False, ((message.splitlines() or [type(exc).__name__])[0], traceback.format_exc(), key)
+
+
+def _raise_failures(answers: Iterator[tuple[bool, Any]]) -> Iterator[Any]:
+    """The values of `answers` from try_call; the first failure raised as WorkerError."""
+    with contextlib.closing(answers) if hasattr(answers, "close") else contextlib.nullcontext():
+        for ok, value in answers:
+            if not ok:
+                raise WorkerError(*value)
+            yield value
 
 
 def shard_list(url: str) -> list[str]:
