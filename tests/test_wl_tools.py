@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +15,8 @@ import numpy as np
 import pytest
 
 from tensorcom import shards
+from tensorcom.cli.wlcommon import run_tasks
+from tensorcom.errors import WorkerDied, WorkerError
 
 pytestmark = pytest.mark.procs
 
@@ -188,6 +192,20 @@ def processes_with_marker(marker: str) -> list[int]:
     return found
 
 
+def commands_with_marker(marker: str, program: str) -> list[int]:
+    """Pids of the processes_with_marker that run `program` (the first word of their command line)."""
+    found = []
+    for pid in processes_with_marker(marker):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as stream:
+                argv = stream.read().split(b"\0")
+        except OSError:
+            continue
+        if program.encode() in argv[:3]:
+            found.append(pid)
+    return found
+
+
 def marked_env() -> tuple[dict, str]:
     marker = f"WL_TEST_MARKER={uuid.uuid4().hex}"
     name, value = marker.split("=")
@@ -297,8 +315,7 @@ def test_xargs_killed_leaves_no_process(popen, data):
     env, marker = marked_env()
     tool = popen.start(tool_command("wl-xargs") + [url, "-c", "sleep 60", "-p", "2"], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # the tool, two workers, and two commands (each a shell and its sleep) carry the marker
-    assert wait_until(lambda: len(processes_with_marker(marker)) >= 5, 30)
+    assert wait_until(lambda: len(commands_with_marker(marker, "sleep")) >= 2, 30)  # both workers busy
     tool.kill()  # SIGKILL: no cleanup in the tool itself; the workers must notice and clean up
     tool.wait(timeout=10)
     assert wait_until(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
@@ -316,3 +333,88 @@ def test_extract_reads_stdin_and_pipes(popen, data):
     # stopping early on a pipe: source is not an error, even though the command dies of SIGPIPE
     result = run(popen, "wl-extract", f"pipe:cat {first}", "-c", "1")
     assert result.returncode == 0 and result.stdout == b"s00\n", result.stderr
+
+
+def test_xargs_interrupted_leaves_no_process(popen, data):
+    url, _ = data
+    env, marker = marked_env()
+    tool = popen.start(tool_command("wl-xargs") + [url, "-c", "sleep 60", "-p", "2"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert wait_until(lambda: len(commands_with_marker(marker, "sleep")) >= 2, 30)
+    tool.send_signal(signal.SIGINT)  # Ctrl-C: the tool closes its pool, the workers kill their commands
+    _, err = tool.communicate(timeout=TIMEOUT)
+    assert tool.returncode == 130, err
+    assert wait_until(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
+
+
+# run_tasks, the process map behind wl-map, wl-xargs and wl-test (module-level functions: spawned
+# workers import them)
+
+def slow_square(x: int) -> int:
+    """x*x, later items faster, so that results arrive out of order."""
+    time.sleep(0.01 * (5 - x % 5))
+    return x * x
+
+
+def fail_on_key(sample: dict) -> str:
+    if sample["__key__"] == "k3":
+        raise KeyError("txt")
+    return sample["__key__"]
+
+
+def fail_late_and_early(sample: dict) -> str:
+    """k2 fails after a while, k3 at once: the error reported must still be k2's."""
+    if sample["__key__"] == "k2":
+        time.sleep(0.3)
+        raise ValueError("slow failure")
+    if sample["__key__"] == "k3":
+        raise ValueError("fast failure")
+    return sample["__key__"]
+
+
+def die_on_two(x: int) -> int:
+    if x == 2:
+        os._exit(7)
+    return x
+
+
+@pytest.mark.parametrize("processes", [0, 3])
+def test_run_tasks_keeps_input_order(processes):
+    assert list(run_tasks(slow_square, range(20), processes)) == [x * x for x in range(20)]
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_run_tasks_error_names_the_key(processes):
+    samples = [{"__key__": f"k{i}"} for i in range(8)]
+    with pytest.raises(WorkerError) as info:
+        list(run_tasks(fail_on_key, samples, processes))
+    assert info.value.key == "k3" and "KeyError" in str(info.value)
+    assert "fail_on_key" in info.value.remote_traceback
+    assert multiprocessing.active_children() == []
+
+
+def test_run_tasks_reports_the_first_failure_in_input_order():
+    samples = [{"__key__": f"k{i}"} for i in range(8)]
+    with pytest.raises(WorkerError, match="slow failure") as info:
+        list(run_tasks(fail_late_and_early, samples, 2))
+    assert info.value.key == "k2"
+    assert multiprocessing.active_children() == []
+
+
+def test_run_tasks_dead_worker_is_reported():
+    with pytest.raises(WorkerDied, match="status 7"):
+        list(run_tasks(die_on_two, range(6), 2))
+    assert multiprocessing.active_children() == []
+
+
+def test_run_tasks_closing_early_stops_workers():
+    results = run_tasks(slow_square, range(1000), 2)
+    assert next(results) == 0
+    results.close()
+    assert multiprocessing.active_children() == []
+
+
+def test_run_tasks_rejects_negative_processes():
+    with pytest.raises(ValueError, match="-1"):
+        run_tasks(slow_square, range(3), -1)

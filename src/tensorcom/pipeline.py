@@ -5,6 +5,7 @@
       .filter(predicate)  .select(*fields)  .to_tuple(*fields)  .shuffle(bufsize)
       .batch(n, partial=True, collate=default_collate)  .unbatch()  .rebatch(n, ...)
       .repeat(epochs=None)  .take(n)  .prefetch(n=2)
+      .parallel(workers, processes=True, buffer=2, init=None)   everything before it, in N processes
     iter(p), len(p) (TypeError when unknown), p.set_epoch(e), p.shard(worker, num_workers)
 
 Every chaining method returns a new Pipeline and leaves the old one as it was, so a pipeline is a
@@ -15,6 +16,11 @@ stage generators for the current epoch.
 Randomness: `map(fn, rng=True)` calls fn(sample, rng) with a numpy Generator that is a pure function
 of (seed, epoch, shard worker, stage index, sample position) — the same whichever thread or process
 runs it — and `shuffle` draws from (seed, epoch, worker, stage). `set_epoch(e)` changes all of them.
+
+`parallel(N)` runs all the stages before it in N spawned processes, process i on share i of N of
+the source (as torch DataLoader workers do), and yields their items round-robin; after `.batch()`
+only whole batches cross the process boundary (tensorcom.shardworkers). Each share has its own
+worker index in the rng key, so `parallel(N, processes=False)` (threads) yields exactly the same items.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from tensorcom import stages
+from tensorcom.shardworkers import shard_parallel
 from tensorcom.sources import IterableSource, Source
 from tensorcom.workers import WorkerPool, check_picklable, parallel_map, prefetching
 
@@ -157,6 +164,25 @@ class Pipeline:
         """Compute up to `size` items ahead in a background thread."""
         return self._then("prefetch", size=_positive("prefetch size", size))
 
+    def parallel(self, workers: int, *, processes: bool = True, buffer: int = 2,
+                 init: Callable[[], Any] | None = None) -> Pipeline:
+        """Run every stage before this one in `workers` spawned processes (threads with
+        processes=False), worker i on share i of `workers` of this pipeline's share of the source,
+        and yield their items round-robin (a worker whose share ends drops out). Put it after
+        `.batch()` so that only batches cross to this process (each share batches on its own, so
+        every share may end with a short batch). Each worker computes at most `buffer` items ahead;
+        `init()` (picklable, e.g. tensorcom.images.init_worker) runs first in each process. The
+        stages before it must be picklable, and process maps cannot run inside (use threads there)."""
+        _positive("workers", workers)
+        _positive("buffer", buffer)
+        if init is not None:
+            _callable("init", init)
+        if processes:
+            check_picklable(self, "pipeline")
+            if init is not None:
+                check_picklable(init, "init function")
+        return self._then("parallel", workers=workers, processes=processes, buffer=buffer, init=init)
+
     # --- epochs, sharding, iteration -----------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> Pipeline:
@@ -183,10 +209,13 @@ class Pipeline:
 
     def _build(self, count: int, epoch: int) -> Iterator[Any]:
         """The generator chain of the first `count` steps for `epoch`."""
-        repeats = [i for i in range(count) if self.steps[i].kind == "repeat"]
-        if repeats:
-            start = repeats[-1] + 1
-            stream = self._repeated(repeats[-1], epoch)
+        cuts = [i for i in range(count) if self.steps[i].kind in ("repeat", "parallel")]
+        if cuts and self.steps[cuts[-1]].kind == "parallel":
+            start = cuts[-1] + 1
+            stream = self._parallel(cuts[-1], epoch)
+        elif cuts:
+            start = cuts[-1] + 1
+            stream = self._repeated(cuts[-1], epoch)
         else:
             start = 0
             stream = self.source.iterate(seed=self.seed, epoch=epoch, worker=self.worker, num_workers=self.num_workers)
@@ -207,6 +236,18 @@ class Pipeline:
             if empty:
                 return
             k += 1
+
+    def _subshard(self, index: int, count: int, steps: int) -> Pipeline:
+        """A copy with the first `steps` stages on share `index` of `count` of this pipeline's share."""
+        return self._copy(steps=self.steps[:steps], worker=self.worker * count + index,
+                          num_workers=self.num_workers * count, _pools={})
+
+    def _parallel(self, index: int, epoch: int) -> Iterator[Any]:
+        """steps[:index] for `epoch` on the parallel stage's workers, their items round-robin."""
+        a = self.steps[index].args
+        make = ShareMaker(self._copy(steps=self.steps[:index], _pools={}), epoch)
+        return shard_parallel(make, workers=a["workers"], processes=a["processes"], buffer=a["buffer"],
+                              init=a["init"])
 
     def _apply(self, index: int, stream: Iterator[Any], epoch: int) -> Iterator[Any]:
         step = self.steps[index]
@@ -238,8 +279,18 @@ class Pipeline:
 
     def length(self) -> int | None:
         """Number of items one iteration yields (for this shard), or None when it cannot be known."""
-        size = self.source.length(self.worker, self.num_workers)
-        for step in self.steps:
+        return self._length(len(self.steps))
+
+    def _length(self, count: int) -> int | None:
+        """Items out of the first `count` steps (None: unknown)."""
+        cuts = [i for i in range(count) if self.steps[i].kind == "parallel"]
+        if cuts:
+            n = self.steps[cuts[-1]].args["workers"]
+            sizes = [self._subshard(i, n, cuts[-1])._length(cuts[-1]) for i in range(n)]
+            size, start = (None if None in sizes else sum(sizes)), cuts[-1] + 1  # type: ignore[arg-type]
+        else:
+            size, start = self.source.length(self.worker, self.num_workers), 0
+        for step in self.steps[start:count]:
             size = _step_length(step, size)
         return size
 
@@ -253,6 +304,17 @@ class Pipeline:
     def __repr__(self) -> str:
         names = "".join(f".{s.kind}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})" for s in self.steps)
         return f"Pipeline({type(self.source).__name__}, seed={self.seed}){names}"
+
+
+class ShareMaker:
+    """Picklable `make(i, n)` for shardworkers: the iterator of share i of n of `pipeline` at `epoch`."""
+
+    def __init__(self, pipeline: Pipeline, epoch: int):
+        self.pipeline, self.epoch = pipeline, epoch
+
+    def __call__(self, index: int, count: int) -> Iterator[Any]:
+        share = self.pipeline._subshard(index, count, len(self.pipeline.steps))
+        return share._build(len(share.steps), self.epoch)
 
 
 def _torch_worker() -> tuple[int, int] | None:

@@ -85,12 +85,17 @@ def receive(stream: io.FileIO) -> Any:
     return pickle.loads(data, buffers=buffers)
 
 
+def stream_of(reader: Any) -> io.FileIO:
+    """A raw binary stream over `reader`'s descriptor (left open when the stream goes), for `receive`."""
+    return io.FileIO(reader.fileno(), "rb", closefd=False)
+
+
 class ResultPipes:
     """The parent's end of every worker's pipe, plus the workers' sentinels."""
 
     def __init__(self, readers: list, sentinels: list, on_death: Callable[[], None]):
         self.readers = readers
-        self.streams = {id(r): io.FileIO(r.fileno(), "rb", closefd=False) for r in readers}
+        self.streams = {id(r): stream_of(r) for r in readers}
         self.sentinels = sentinels
         self.on_death = on_death  # raises (WorkerDied) when a worker has ended
         self.ready: deque = deque()

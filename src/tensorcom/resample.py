@@ -70,19 +70,37 @@ def _resize_pil(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -
     return np.array(im)
 
 
+def _aa_out(tensor, out):
+    """torch's antialiased bilinear kernel writing straight into `out` (an NHWC buffer seen as NCHW),
+    which skips the NCHW -> NHWC copy F.interpolate's result needs; False where this torch lacks it."""
+    import torch
+
+    kernel = getattr(getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None), "out", None)
+    if kernel is None:
+        return False
+    try:
+        kernel(tensor, [out.shape[2], out.shape[3]], False, None, None, out=out)
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
 def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -> np.ndarray:
-    """torch: crop to the box rounded to whole pixels, then interpolate channels-last uint8."""
+    """torch: crop to the box rounded to whole pixels, then interpolate channels-last uint8 into an
+    (h, w, 3) result (mirrored by a flip along its width)."""
     import torch
     import torch.nn.functional as F
 
     h, w = image.shape[:2]
     left, top = min(max(0, round(box[0])), w - 1), min(max(0, round(box[1])), h - 1)
     right, bottom = max(left + 1, min(w, round(box[2]))), max(top + 1, min(h, round(box[3])))
-    crop = np.ascontiguousarray(image[top:bottom, left:right, :3])
-    tensor = torch.from_numpy(crop).permute(2, 0, 1).unsqueeze(0)  # channels-last NCHW view
+    tensor = torch.from_numpy(image[top:bottom, left:right, :3]).permute(2, 0, 1).unsqueeze(0)  # NCHW view
+    result = torch.empty((1, out[1], out[0], 3), dtype=torch.uint8)
     with torch.inference_mode():
-        result = F.interpolate(tensor, size=(out[1], out[0]), mode="bilinear", antialias=True,
-                               align_corners=False)
+        if not _aa_out(tensor, result.permute(0, 3, 1, 2)):
+            scaled = F.interpolate(tensor, size=(out[1], out[0]), mode="bilinear", antialias=True,
+                                   align_corners=False)
+            result = scaled.permute(0, 2, 3, 1).contiguous()
         if flip:
-            result = result.flip(3)
-        return result[0].permute(1, 2, 0).contiguous().numpy()
+            result = result.flip(2)
+    return result[0].numpy()

@@ -21,7 +21,6 @@ from typing import Any, Callable
 
 from tensorcom.cli import wlcommon
 from tensorcom.cli.common import entry_point
-from tensorcom.cli.wlpool import call, ordered_map
 
 
 def parse(argv: list[str] | None):
@@ -117,9 +116,7 @@ def results(args) -> Any:
         _compiled(args.expr)  # a SyntaxError here is a ValueError-like usage error
     job = functools.partial(transform, expr=args.expr, module=args.module, image=args.decode)
     source = wlcommon.samples(args.url, skip=args.skip, count=args.count)
-    if args.processes > 0:
-        return ordered_map(job, source, args.processes)
-    return (call(job, sample) for sample in source)
+    return wlcommon.run_tasks(job, source, args.processes)
 
 
 @entry_point

@@ -8,13 +8,13 @@ Prints samples, bytes, seconds, samples/s and MB/s (MB = 10^6 bytes of raw field
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
 
 from tensorcom.cli import wlcommon
 from tensorcom.cli.common import entry_point
-from tensorcom.cli.wlpool import ordered_map
 
 
 def parse(argv: list[str] | None):
@@ -49,11 +49,13 @@ def read_parallel(url: str, image: str, count: int | None, processes: int) -> tu
     total = nbytes = 0
     first, last = float("inf"), 0.0
     job = functools.partial(read, image=image, count=count)
-    for nsamples, size, start, end in ordered_map(job, shards, processes, window=processes):
-        total, nbytes = total + nsamples, nbytes + size
-        first, last = min(first, start), max(last, end)
-        if count is not None and total >= count:
-            break
+    results = wlcommon.run_tasks(job, shards, processes, buffer=processes)
+    with contextlib.closing(results):
+        for nsamples, size, start, end in results:
+            total, nbytes = total + nsamples, nbytes + size
+            first, last = min(first, start), max(last, end)
+            if count is not None and total >= count:
+                break
     return total, nbytes, max(last - first, 0.0)
 
 

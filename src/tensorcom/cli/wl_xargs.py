@@ -19,7 +19,6 @@ import sys
 
 from tensorcom.cli import wlcommon
 from tensorcom.cli.common import entry_point
-from tensorcom.cli.wlpool import call, ordered_map
 from tensorcom.cli.wlrun import Job, run_sample
 
 
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     job = functools.partial(run_sample, job=make_job(args))
     source = wlcommon.samples(args.url, skip=args.skip, count=args.count)
-    results = ordered_map(job, source, args.processes) if args.processes > 0 else (call(job, s) for s in source)
+    results = wlcommon.run_tasks(job, source, args.processes)
     with contextlib.closing(results):
         written, failures = write_all(results, args)
     print(f"wl-xargs: {written} samples out", file=sys.stderr)

@@ -13,7 +13,7 @@ import functools
 import itertools
 import sys
 import traceback
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
 from tensorcom.errors import ShardError, TensorcomError, WorkerError
 
@@ -116,7 +116,7 @@ def run_tasks(func: Callable[[Any], Any], items: Iterable[Any], processes: int,
     process that dies ends it with WorkerDied. Closing the iterator stops and joins the workers."""
     attempt = functools.partial(try_call, func)
     if processes == 0:
-        return _raise_failures(map(attempt, items))
+        return _raise_failures(attempt(item) for item in items)
     from tensorcom.workers import parallel_map
 
     return _raise_failures(parallel_map(items, attempt, workers=processes, processes=True, buffer=buffer))
@@ -134,9 +134,9 @@ def try_call(func: Callable[[Any], Any], item: Any) -> tuple[bool, Any]:
         return False, ((message.splitlines() or [type(exc).__name__])[0], traceback.format_exc(), key)
 
 
-def _raise_failures(answers: Iterator[tuple[bool, Any]]) -> Iterator[Any]:
+def _raise_failures(answers: Generator[tuple[bool, Any], None, None]) -> Iterator[Any]:
     """The values of `answers` from try_call; the first failure raised as WorkerError."""
-    with contextlib.closing(answers) if hasattr(answers, "close") else contextlib.nullcontext():
+    with contextlib.closing(answers):
         for ok, value in answers:
             if not ok:
                 raise WorkerError(*value)
