@@ -4,7 +4,9 @@ On one ImageFolder of ImageNet-like JPEGs (about 500x375, ~100 KB, made once und
 RandomResizedCrop(224) + horizontal flip, batch 64, uint8 output, in one run:
 
   (a) torch DataLoader, num_workers=2, with a PIL implementation of the transform (torchvision's way)
-  (b) tensorcom.Pipeline in this process with 2 worker processes
+  (b) tensorcom.Pipeline in this process with 2 worker processes (serve-imagenet-dir's dir_pipeline with
+      workers=2: `.map(augment).batch(64).parallel(2, init=images.init_worker)`, so each process reads,
+      augments and batches its share and hands over whole batches)
   (c) serve-imagenet-dir (a real subprocess, 2 publishers) -> tensorcom.Connection over loopback
 
 and prints img/s (counted from the first batch on, so start-up is left out; best of --repeats
@@ -173,7 +175,7 @@ def run_dataloader(root: Path, timer: "Timer") -> int:
 
 
 def run_pipeline(root: Path, timer: "Timer") -> int:
-    """(b): serve-imagenet-dir's pipeline iterated in this process, augmentation on 2 processes."""
+    """(b): serve-imagenet-dir's pipeline iterated in this process; 2 processes augment and batch."""
     from tensorcom.cli.serve_imagenet import dir_pipeline
 
     pipeline = dir_pipeline(str(root / "train"), batch_size=BATCH, size=SIZE, workers=2, seed=0)
@@ -305,19 +307,22 @@ class LabelledAugment:
 
 
 def run_http(base: str, root: Path, threads: int, processes: int, limit: int, timer: "Timer") -> int:
-    """`limit` images fetched over HTTP by `threads` threads, augmented on `processes` processes
-    (0: in this process), batched by 64."""
+    """`limit` images fetched over HTTP by `threads` threads, augmented and batched by 64 (0 processes:
+    in this process; else in each of `processes` processes, each fetching its share with `threads`
+    threads and handing over whole batches)."""
     from tensorcom.cli.serve_imagenet import collate_pair
+    from tensorcom.images import init_worker
     from tensorcom.pipeline import Pipeline
     from tensorcom.sources import FetchSource
 
     pairs = image_files(root, limit)
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     urls = [f"{base}/train/{Path(path).parent.name}/{Path(path).name}" for path, _ in pairs]
-    pipeline = Pipeline(FetchSource(urls, threads=threads), seed=0)
-    fn = LabelledAugment(classes)
-    pipeline = pipeline.map(fn, rng=True, workers=processes, processes=True) if processes else pipeline.map(fn, rng=True)
-    for images, labels in pipeline.batch(BATCH, collate=collate_pair):
+    pipeline = Pipeline(FetchSource(urls, threads=threads), seed=0).map(LabelledAugment(classes), rng=True)
+    pipeline = pipeline.batch(BATCH, collate=collate_pair)
+    if processes:
+        pipeline = pipeline.parallel(processes, init=init_worker)
+    for images, labels in pipeline:
         timer.tick(check_batch(images, labels))
     return timer.images
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tensorcom import imagecodec, images, tjcrop
+from tensorcom import imagecodec, images, resample, tjcrop
 from tensorcom.errors import SampleError, TensorcomError
 
 
@@ -391,3 +391,19 @@ def test_region_decoding_from_threads(small_jpeg, big_jpeg):
     with ThreadPoolExecutor(4) as pool:
         parallel = list(pool.map(lambda job: tjcrop.decode_region(job[0], job[1], 1.0)[0], jobs * 3))
     assert all(np.array_equal(a, b) for a, b in zip(sequential * 3, parallel))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+@pytest.mark.parametrize("flip", [False, True])
+def test_torch_resize_into_hwc_matches_public_interpolate(flip):
+    """The out= kernel writing straight into HWC gives exactly F.interpolate's antialiased result."""
+    import torch
+    import torch.nn.functional as F
+
+    image = np.random.default_rng(5).integers(0, 256, (190, 230, 3), dtype=np.uint8)
+    got = resample.resize_box(image, (13, 7, 201, 170), (96, 80), flip, "torch")
+    tensor = torch.from_numpy(np.ascontiguousarray(image[7:170, 13:201])).permute(2, 0, 1)[None]
+    want = F.interpolate(tensor, size=(80, 96), mode="bilinear", antialias=True, align_corners=False)
+    want = want[0].permute(1, 2, 0).numpy()
+    assert got.shape == (80, 96, 3) and got.flags.c_contiguous and got.flags.writeable
+    np.testing.assert_array_equal(got, want[:, ::-1] if flip else want)

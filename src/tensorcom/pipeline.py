@@ -178,7 +178,7 @@ class Pipeline:
         if init is not None:
             _callable("init", init)
         if processes:
-            check_picklable(self, "pipeline")
+            check_picklable(self.steps, "pipeline stage")  # the source is pickled when the workers start
             if init is not None:
                 check_picklable(init, "init function")
         return self._then("parallel", workers=workers, processes=processes, buffer=buffer, init=init)

@@ -84,7 +84,7 @@ def sender_loop(outq: queue.Queue, sender: procpipe.PipeSender, ident: int, stop
             return  # the parent has gone or closed its end
         except Exception as exc:
             sender.put(("error", (ident, f"cannot send an item to the parent: {exc!r}", traceback.format_exc(), None)))
-            stop.set()
+            stop.set()  # this process's own stop (see process_main): the other workers go on until closed
             return
         if message[0] != "item":
             return
@@ -96,6 +96,7 @@ def process_main(make: Callable, ident: int, count: int, writer: Any, stop: Any,
     the share on this thread while a sender thread writes the results to `writer`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(parent_pid)
+    stop = _Either(stop, threading.Event())
     outq: queue.Queue = queue.Queue(buffer)
     sender = threading.Thread(target=sender_loop, args=(outq, procpipe.PipeSender(writer), ident, stop),
                               name="tensorcom-share-sender", daemon=True)
@@ -110,6 +111,19 @@ def process_main(make: Callable, ident: int, count: int, writer: Any, stop: Any,
         sender.join(timeout=POLL)
 
 
+class _Either:
+    """A stop signal set by the parent (`shared`, for every worker) or by this process (`local`)."""
+
+    def __init__(self, shared: Any, local: threading.Event):
+        self.shared, self.local = shared, local
+
+    def is_set(self) -> bool:
+        return self.local.is_set() or self.shared.is_set()
+
+    def set(self) -> None:
+        self.local.set()
+
+
 class _Shares:
     """Running share workers (threads or spawned processes) and the consumer's ends of their outputs."""
 
@@ -119,15 +133,12 @@ class _Shares:
             ctx = multiprocessing.get_context("spawn")
             self.stop = ctx.Event()
             self.workers, self.readers = [], []
-            for i in range(count):
-                reader, writer = ctx.Pipe(duplex=False)
-                procpipe.widen(writer)
-                proc = ctx.Process(target=process_main, daemon=True, name=f"tensorcom-share-{i}",
-                                   args=(make, i, count, writer, self.stop, buffer, init, os.getpid()))
-                proc.start()
-                writer.close()  # the child holds it; EOF here once the child is gone
-                self.workers.append(proc)
-                self.readers.append(reader)
+            try:
+                for i in range(count):
+                    self._spawn(ctx, make, i, count, buffer, init)
+            except BaseException:
+                self.close()  # e.g. the pipeline could not be pickled: stop those already started
+                raise
             self.streams = [procpipe.stream_of(r) for r in self.readers]
             return
         self.stop = threading.Event()
@@ -136,6 +147,19 @@ class _Shares:
                                          daemon=True, name=f"tensorcom-share-{i}") for i in range(count)]
         for worker in self.workers:
             worker.start()
+
+    def _spawn(self, ctx: Any, make: Callable, ident: int, count: int, buffer: int, init: Callable | None) -> None:
+        """Start worker process `ident` with a pipe of its own."""
+        reader, writer = ctx.Pipe(duplex=False)
+        procpipe.widen(writer)
+        proc = ctx.Process(target=process_main, daemon=True, name=f"tensorcom-share-{ident}",
+                           args=(make, ident, count, writer, self.stop, buffer, init, os.getpid()))
+        self.readers.append(reader)
+        try:
+            proc.start()
+        finally:
+            writer.close()  # the child holds it; EOF here once the child is gone
+        self.workers.append(proc)
 
     def get(self, ident: int) -> tuple:
         """The next message of worker `ident`; WorkerDied when it ended without sending one."""
