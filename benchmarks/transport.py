@@ -137,6 +137,7 @@ def main() -> None:
     costs: dict = {}  # (transport, method) -> lists of receiver CPU per batch and faults per batch
     paired: dict = {}  # (transport, method) -> ratios to the raw run just before it, one per repeat
     port = 20000 + os.getpid() % 20000
+    raw = 1.0  # the raw baseline of the current (repeat, transport); methods start with it
     with tempfile.TemporaryDirectory(prefix="tc-bench-", dir="/tmp") as tmp:
         for _ in range(args.repeats):
             for transport in args.transports.split(","):

@@ -182,7 +182,7 @@ def augment_image(sample, rng):
 def test_image_folder_to_augmented_batches(tmp_path):
     from PIL import Image
 
-    from tensorcom.sources import ImageFolderSource
+    from tensorcom.images import ImageFolderSource
 
     for label, color in enumerate([(255, 0, 0), (0, 0, 255)]):
         (tmp_path / f"c{label}").mkdir()

@@ -8,7 +8,8 @@ import pytest
 
 from tensorcom.errors import WorkerError
 from tensorcom.pipeline import Pipeline
-from tensorcom.sources import FetchSource, ImageFolderSource, IterableSource, PathSource, ShardSource, field_name
+from tensorcom.images import ImageFolderSource
+from tensorcom.sources import FetchSource, IterableSource, PathSource, ShardSource, field_name
 
 
 def shares(source, n, epoch=0, seed=0):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tensorcom.errors import EncodeError
-from tensorcom.torch_adapter import named_converter, to_numpy_plain, totorch
+from tensorcom.converters import named_converter, to_numpy_plain, totorch
 
 _WIDE = {"f8", "i8", "u8"}  # refused unless allow64, as in 0.1
 

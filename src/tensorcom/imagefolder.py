@@ -5,7 +5,8 @@
       dog/a/002.png      -> ("root/dog/a/002.png", 1)      (class directories are searched recursively)
 
 Classes are the sorted names of root's subdirectories; files are listed in sorted order, so the same
-tree always gives the same samples. Nothing is decoded here: `read(i)` returns the file's bytes.
+tree always gives the same samples. Nothing is decoded here: `read(i)` returns the file's bytes. `ImageFolderSource` makes a tree a
+tensorcom.Pipeline source.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import Any, Iterator
+
 from tensorcom.errors import OpenError
+from tensorcom.sources import Source, epoch_order, field_name, read_bytes, share_length
+from tensorcom.stages import striding
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 
@@ -118,3 +123,41 @@ def _parse_line(line: str, base: Path, file_list: Path, number: int) -> tuple[st
         raise ValueError(f"{file_list}:{number}: expected 'path label' with an int label >= 0, "
                          f"got {line!r}") from None
     return str(base / path), label
+
+
+class ImageFolderSource(Source):
+    """A pipeline source over an ImageFolder tree (`ImageFolder(root)`; or an object with a `.samples` list
+    of (path, label) pairs). Samples: {"__key__": path relative to root without extension,
+    "__path__": path, EXT: bytes (unless read=False), "cls": label}."""
+
+    def __init__(self, root: Any, *, read: bool = True, shuffle: bool = False):
+        self.root = root
+        self.read = read
+        self.shuffle = shuffle
+        self._items: list[tuple[str, int]] | None = None
+        self._top = ""
+
+    def items(self) -> list[tuple[str, int]]:
+        """The (path, label) pairs, scanned once."""
+        if self._items is None:
+            folder = self.root
+            if isinstance(folder, (str, os.PathLike)):
+                folder = ImageFolder(folder)
+            self._top = os.fspath(getattr(folder, "root", "") or "")
+            self._items = [(os.fspath(p), int(label)) for p, label in folder.samples]
+        return self._items
+
+    def _sample(self, path: str, label: int) -> dict:
+        key = os.path.splitext(os.path.relpath(path, self._top) if self._top else path)[0]
+        sample: dict[str, Any] = {"__key__": key, "__path__": path, "cls": label}
+        if self.read:
+            sample[field_name(path)] = read_bytes(path)
+        return sample
+
+    def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
+        items = self.items()
+        order = epoch_order(len(items), self.shuffle, seed, epoch)
+        return (self._sample(*items[int(i)]) for i in striding(order, worker, num_workers))
+
+    def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
+        return share_length(len(self.items()), worker, num_workers)

@@ -9,6 +9,7 @@
     train_transform(224, flip=True, ...)       fn(data, rng) -> image, for training
     eval_transform(224, 256, ...)              fn(data, rng=None) -> image, for evaluation
     ImageFolder(root), ImageFolder.from_list(file), image_folder_root(dir)
+    ImageFolderSource(root, shuffle=False, read=True)   the tree as a tensorcom.Pipeline source
     init_worker()                              in a loader worker process: enables torch's fast resize
 
 Speed: the crop is chosen from the JPEG header first; libjpeg-turbo then decodes at the smallest DCT
@@ -35,7 +36,7 @@ from tensorcom.augment import (
     train_transform,
 )
 from tensorcom.imagecodec import MODES, decode, image_size
-from tensorcom.imagefolder import IMG_EXTENSIONS, ImageFolder, image_folder_root
+from tensorcom.imagefolder import IMG_EXTENSIONS, ImageFolder, ImageFolderSource, image_folder_root
 from tensorcom.resample import BACKENDS, init_worker
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "IMAGENET_STD",
     "IMG_EXTENSIONS",
     "ImageFolder",
+    "ImageFolderSource",
     "MODES",
     "RandomResizedCrop",
     "TrainTransform",

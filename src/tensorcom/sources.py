@@ -7,10 +7,10 @@ is, so a Pipeline can be sent to a spawned serving process.
 
     IterableSource(items)          any re-iterable (list, range, dataset...); shares are strides
     ShardSource(urls, ...)         tar shards through tensorcom.shards.samples; shares are whole shards
-    ImageFolderSource(root, ...)   an ImageFolder tree: {"__key__", "__path__", EXT: bytes, "cls": int}
     PathSource(paths, ...)         files or URLs read with gopen: {"__key__", "__url__", EXT: bytes}
     FetchSource(urls, threads=8)   like PathSource, the reads done by a thread pool (HTTP downloads)
 
+ImageFolder trees are a source of the images layer: `tensorcom.images.ImageFolderSource`.
 List-like sources take `shuffle=True` for a fresh permutation each epoch, a pure function of
 (seed, epoch); it is applied before the split, so the shares stay disjoint.
 """
@@ -163,41 +163,3 @@ def _fetch_keyed(sample: dict) -> dict:
     return fetch_sample(sample["__key__"])
 
 
-class ImageFolderSource(Source):
-    """An ImageFolder tree (`tensorcom.images.ImageFolder(root)`; or an object with a `.samples` list
-    of (path, label) pairs). Samples: {"__key__": path relative to root without extension,
-    "__path__": path, EXT: bytes (unless read=False), "cls": label}."""
-
-    def __init__(self, root: Any, *, read: bool = True, shuffle: bool = False):
-        self.root = root
-        self.read = read
-        self.shuffle = shuffle
-        self._items: list[tuple[str, int]] | None = None
-        self._top = ""
-
-    def items(self) -> list[tuple[str, int]]:
-        """The (path, label) pairs, scanned once."""
-        if self._items is None:
-            folder = self.root
-            if isinstance(folder, (str, os.PathLike)):
-                from tensorcom.images import ImageFolder
-
-                folder = ImageFolder(folder)
-            self._top = os.fspath(getattr(folder, "root", "") or "")
-            self._items = [(os.fspath(p), int(label)) for p, label in folder.samples]
-        return self._items
-
-    def _sample(self, path: str, label: int) -> dict:
-        key = os.path.splitext(os.path.relpath(path, self._top) if self._top else path)[0]
-        sample: dict[str, Any] = {"__key__": key, "__path__": path, "cls": label}
-        if self.read:
-            sample[field_name(path)] = read_bytes(path)
-        return sample
-
-    def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
-        items = self.items()
-        order = epoch_order(len(items), self.shuffle, seed, epoch)
-        return (self._sample(*items[int(i)]) for i in striding(order, worker, num_workers))
-
-    def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
-        return share_length(len(self.items()), worker, num_workers)

@@ -13,7 +13,7 @@ from typing import Any
 from tensorcom.batchutil import batch_size, listify, transform_with
 from tensorcom.connection import Connection
 from tensorcom.stats import Statistics
-from tensorcom.torch_adapter import tonumpy, totorch
+from tensorcom.converters import tonumpy, totorch
 from tensorcom.urls import SCHEMES
 
 # 0.1's table: scheme -> (socket type name, binds?)

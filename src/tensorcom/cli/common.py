@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from typing import Callable
@@ -35,3 +36,26 @@ def entry_point(main: Callable[..., int | None]) -> Callable[..., int | None]:
             fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     return wrapper
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one stderr line and exit status 2 (see `fail`)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        fail(f"{message} (see {self.prog} --help)")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value

@@ -26,8 +26,8 @@ from typing import Iterator
 
 import numpy as np
 
-from tensorcom.cli.common import entry_point
-from tensorcom.cli.serve_imagenet import Parser, fraction, not_negative, positive
+from tensorcom.cli.common import Parser, entry_point, nonnegative_int, positive_int
+from tensorcom.cli.serve_imagenet import fraction
 
 MIN_SCALE = 0.35  # crops keep at least 35% of the image, so the shape stays in view
 
@@ -35,12 +35,12 @@ MIN_SCALE = 0.35  # crops keep at least 35% of the image, so the shape stays in 
 def build_parser() -> argparse.ArgumentParser:
     """Command line of `tensorcom demo`."""
     parser = Parser(prog="tensorcom demo", description="Serve a synthetic dataset on loopback and train on it.")
-    parser.add_argument("--epochs", type=positive, default=2, help="training epochs (default 2)")
-    parser.add_argument("--batch-size", type=positive, default=32, help="batch size (default 32)")
-    parser.add_argument("--workers", type=positive, default=1, help="server publisher processes (default 1)")
-    parser.add_argument("--seed", type=not_negative, default=0, help="seed of augmentation and model (default 0)")
+    parser.add_argument("--epochs", type=positive_int, default=2, help="training epochs (default 2)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="batch size (default 32)")
+    parser.add_argument("--workers", type=positive_int, default=1, help="server publisher processes (default 1)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of augmentation and model (default 0)")
     parser.add_argument("--no-torch", action="store_true", help="train the numpy model even when torch is installed")
-    parser.add_argument("--size", type=positive, default=64, help="image size served (default 64)")
+    parser.add_argument("--size", type=positive_int, default=64, help="image size served (default 64)")
     parser.add_argument("--data", default=None, help="dataset directory (default: in the tensorcom cache)")
     parser.add_argument("--min-accuracy", type=fraction, default=0.9, help="accuracy needed to succeed (default 0.9)")
     parser.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for a batch (default 60)")

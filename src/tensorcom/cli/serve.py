@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Any, Iterator
 
-from tensorcom.cli.common import entry_point
-from tensorcom.cli.serve_imagenet import DEFAULT_URL, Parser, not_negative, positive
+from tensorcom.cli.common import Parser, entry_point, nonnegative_int, positive_int
+from tensorcom.cli.serve_imagenet import DEFAULT_URL
 from tensorcom.sources import Source
 from tensorcom.stages import striding
 
@@ -30,10 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="tensorcom serve", description="Serve the pipeline or batches MODULE:FUNCTION returns.")
     parser.add_argument("factory", metavar="MODULE:FUNCTION", help="function returning a Pipeline or an iterable of batches")
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"where to send (default {DEFAULT_URL})")
-    parser.add_argument("-w", "--workers", type=positive, default=None,
+    parser.add_argument("-w", "--workers", type=positive_int, default=None,
                         help="worker processes (default: one per binding URL, else 1)")
-    parser.add_argument("--epochs", type=not_negative, default=0, help="epochs to serve (default 0: forever)")
-    parser.add_argument("--count", type=not_negative, default=0, help="stop after about N batches in all (0: no limit)")
+    parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
+    parser.add_argument("--count", type=nonnegative_int, default=0, help="stop after about N batches in all (0: no limit)")
     parser.add_argument("-r", "--report", type=float, default=10.0, help="seconds between rate reports on stderr (0: none)")
     return parser
 

@@ -34,32 +34,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tensorcom.cli.common import entry_point, fail
+from tensorcom.cli.common import Parser, entry_point, nonnegative_int, positive_int
 
 DEFAULT_URL = "zpub://127.0.0.1:7880"
-
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one stderr line and exit status 2 (cli.common.fail)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        fail(f"{message} (see {self.prog} --help)")
-
-
-def positive(text: str) -> int:
-    """argparse type: an int >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
-
-
-def not_negative(text: str) -> int:
-    """argparse type: an int >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
-    return value
 
 
 def fraction(text: str) -> float:
@@ -75,20 +52,20 @@ def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
     serve-imagenet-shards spellings -N/--num-workers and -p)."""
     more_workers, more_parallel = (["-N", "--num-workers"], ["-p"]) if aliases else ([], [])
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"where to send batches (default {DEFAULT_URL})")
-    parser.add_argument("-b", "--batch-size", type=positive, default=64, help="images per batch (default 64)")
-    parser.add_argument("-w", "--workers", *more_workers, type=not_negative, default=0,
+    parser.add_argument("-b", "--batch-size", type=positive_int, default=64, help="images per batch (default 64)")
+    parser.add_argument("-w", "--workers", *more_workers, type=nonnegative_int, default=0,
                         help="decoding and batching processes per publisher (0: decode in the publisher)")
-    parser.add_argument("-P", "--parallel", *more_parallel, type=not_negative, default=0,
+    parser.add_argument("-P", "--parallel", *more_parallel, type=nonnegative_int, default=0,
                         help="number of parallel publisher processes, each on a disjoint part of the data")
     parser.add_argument("-n", "--normalize", action="store_true",
                         help="send float32 images normalized with ImageNet mean/std")
     parser.add_argument("-B", "--benchmark", action="store_true", help="preload one batch and serve it repeatedly")
     parser.add_argument("-r", "--report", type=float, default=10.0, help="seconds between rate reports on stderr (0: none)")
-    parser.add_argument("--size", type=positive, default=224, help="output image size (default 224)")
-    parser.add_argument("--epochs", type=not_negative, default=0, help="epochs to serve (default 0: forever)")
-    parser.add_argument("--count", type=not_negative, default=0,
+    parser.add_argument("--size", type=positive_int, default=224, help="output image size (default 224)")
+    parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
+    parser.add_argument("--count", type=nonnegative_int, default=0,
                         help="stop after N batches in all, each of P publishers sending ceil(N/P) (0: no limit)")
-    parser.add_argument("--seed", type=not_negative, default=0, help="seed of the augmentation and shuffling")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the augmentation and shuffling")
     parser.add_argument("--min-scale", type=fraction, default=0.08,
                         help="smallest crop area as a fraction of the image (default 0.08, as torchvision)")
 
@@ -107,7 +84,7 @@ def shards_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="serve-imagenet-shards", description="Serve tar shards (jpg/png + cls) with training augmentation.")
     parser.add_argument("-u", "--url", required=True, help="shard URLs, brace-expanded: files, http(s)://, s3://, pipe:")
     parser.add_argument("-S", "--shuffle", action="store_true", help="shuffle shards and samples")
-    parser.add_argument("--shuffle-buffer", type=positive, default=1000, help="samples in the shuffle buffer (default 1000)")
+    parser.add_argument("--shuffle-buffer", type=positive_int, default=1000, help="samples in the shuffle buffer (default 1000)")
     add_common(parser, aliases=True)
     return parser
 
@@ -183,7 +160,7 @@ def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool =
     """The Pipeline serve-imagenet-dir serves: ImageFolder `root` -> augmented [images, labels] batches.
     `dedicated`: the processes iterating it only serve data (see Augment)."""
     from tensorcom.pipeline import Pipeline
-    from tensorcom.sources import ImageFolderSource
+    from tensorcom.images import ImageFolderSource
 
     # Augment reads each file where it runs; the tree is scanned once, here, not in every process
     source = ImageFolderSource(root, shuffle=shuffle, read=False)

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from tensorcom.cli import wlcommon
+from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
 from tensorcom.errors import SampleError
 
@@ -14,7 +14,7 @@ def parse(argv: list[str] | None):
     """Parsed arguments: url, field, skip."""
     parser = wlcommon.make_parser("wl-cat", __doc__)
     parser.add_argument("field", help="field (extension) to write, alternatives as 'jpg;png'; __key__ allowed")
-    parser.add_argument("skip", type=wlcommon.nonnegative_int, nargs="?", default=0,
+    parser.add_argument("skip", type=common.nonnegative_int, nargs="?", default=0,
                         help="number of samples to skip first (default: 0)")
     return parser.parse_args(argv)
 

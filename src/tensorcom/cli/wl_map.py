@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from tensorcom.cli import wlcommon
+from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
 
 
@@ -32,12 +32,12 @@ def parse(argv: list[str] | None):
     parser.add_argument("-o", "--output", default=None,
                         help="output: shard pattern with %%d (out-%%06d.tar) or one .tar; "
                         "without it, print each output sample's key and fields")
-    parser.add_argument("-p", "--processes", "--parallel", type=wlcommon.nonnegative_int, default=0,
+    parser.add_argument("-p", "--processes", "--parallel", type=common.nonnegative_int, default=0,
                         help="worker processes (default: 0, in this one)")
     parser.add_argument("-d", "--decode", choices=wlcommon.DECODE_CHOICES, default="none",
                         help="decode samples before the transform (default: none, raw bytes)")
-    parser.add_argument("--maxcount", type=wlcommon.positive_int, default=None, help="samples per output shard")
-    parser.add_argument("--maxsize", type=wlcommon.positive_int, default=None, help="bytes per output shard")
+    parser.add_argument("--maxcount", type=common.positive_int, default=None, help="samples per output shard")
+    parser.add_argument("--maxsize", type=common.positive_int, default=None, help="bytes per output shard")
     wlcommon.add_range_args(parser)
     return parser.parse_args(argv)
 

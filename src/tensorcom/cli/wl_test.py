@@ -13,7 +13,7 @@ import functools
 import json
 import time
 
-from tensorcom.cli import wlcommon
+from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
 
 
@@ -22,9 +22,9 @@ def parse(argv: list[str] | None):
     parser = wlcommon.make_parser("wl-test", __doc__)
     parser.add_argument("-d", "--decode", choices=wlcommon.DECODE_CHOICES, default="none",
                         help="decode images as this too; 'none' measures raw reading (default: none)")
-    parser.add_argument("-p", "--processes", type=wlcommon.nonnegative_int, default=0,
+    parser.add_argument("-p", "--processes", type=common.nonnegative_int, default=0,
                         help="read shards in this many spawned processes (default: 0, in this one)")
-    parser.add_argument("-c", "--count", type=wlcommon.positive_int, default=None,
+    parser.add_argument("-c", "--count", type=common.positive_int, default=None,
                         help="stop after this many samples (with -p: after the shard that reaches it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser.parse_args(argv)

@@ -17,7 +17,7 @@ import functools
 import re
 import sys
 
-from tensorcom.cli import wlcommon
+from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
 from tensorcom.cli.wlrun import Job, run_sample
 
@@ -29,7 +29,7 @@ def parse(argv: list[str] | None):
     parser.add_argument("-o", "--output", default=None,
                         help="output: shard pattern with %%d (out-%%06d.tar) or one .tar; "
                         "without it nothing is written")
-    parser.add_argument("-p", "--processes", "--parallel", type=wlcommon.nonnegative_int, default=0,
+    parser.add_argument("-p", "--processes", "--parallel", type=common.nonnegative_int, default=0,
                         help="run commands in this many worker processes (default: 0, in this one)")
     parser.add_argument("-f", "--fields", nargs="+", default=None,
                         help="fields to write as files, comma/space separated (default: all)")
@@ -39,10 +39,10 @@ def parse(argv: list[str] | None):
     parser.add_argument("--timeout", type=float, default=None, help="seconds one command may run (default: no limit)")
     parser.add_argument("-I", "--include", default=None, help="collect only files whose name matches this regex")
     parser.add_argument("-E", "--exclude", default=None, help="do not collect files whose name matches this regex")
-    parser.add_argument("--maxcount", type=wlcommon.positive_int, default=None, help="samples per output shard")
-    parser.add_argument("--maxsize", type=wlcommon.positive_int, default=None, help="bytes per output shard")
-    parser.add_argument("--count", type=wlcommon.nonnegative_int, default=None, help="use at most this many samples")
-    parser.add_argument("--skip", type=wlcommon.nonnegative_int, default=0, help="skip this many samples first")
+    parser.add_argument("--maxcount", type=common.positive_int, default=None, help="samples per output shard")
+    parser.add_argument("--maxsize", type=common.positive_int, default=None, help="bytes per output shard")
+    parser.add_argument("--count", type=common.nonnegative_int, default=None, help="use at most this many samples")
+    parser.add_argument("--skip", type=common.nonnegative_int, default=0, help="skip this many samples first")
     return parser.parse_args(argv)
 
 

@@ -15,27 +15,12 @@ import sys
 import traceback
 from typing import Any, Callable, Generator, Iterable, Iterator
 
+from tensorcom.cli import common
 from tensorcom.errors import ShardError, TensorcomError, WorkerError
 
 SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
 DECODE_CHOICES = ("none", "rgb8", "rgb", "l8", "l", "rgba8", "rgba", "pil")
 _NUMPY_INLINE_LIMIT = 16  # arrays with more elements print as a summary
-
-
-def nonnegative_int(text: str) -> int:
-    """argparse type: an int >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return value
 
 
 def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -53,9 +38,9 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def add_range_args(parser: argparse.ArgumentParser, count_default: int | None = None) -> None:
     """Add -c/--count (samples to use) and -s/--skip (samples to pass over first)."""
-    parser.add_argument("-c", "--count", type=nonnegative_int, default=count_default,
+    parser.add_argument("-c", "--count", type=common.nonnegative_int, default=count_default,
                         help=f"number of samples to use (default: {count_default or 'all'})")
-    parser.add_argument("-s", "--skip", type=nonnegative_int, default=0,
+    parser.add_argument("-s", "--skip", type=common.nonnegative_int, default=0,
                         help="number of samples to skip first (default: 0)")
 
 
