@@ -9,7 +9,7 @@ import zmq
 
 from tensorcom import sockets, tenbin
 from tensorcom.connection import Connection
-from tensorcom.errors import EncodeError, MessageTooLarge, RecvTimeout, TransportError, URLError
+from tensorcom.errors import DecodeError, EncodeError, MessageTooLarge, RecvTimeout, TransportError, URLError
 
 pytestmark = pytest.mark.net
 
@@ -178,6 +178,24 @@ def test_max_message_size(free_port):
         with pytest.raises(MessageTooLarge):
             receiver.recv()
         assert receiver.recv()[0].shape == (10,)  # the connection survives
+
+
+def test_garbage_names_the_url_and_the_connection_survives(free_port):
+    where = f"127.0.0.1:{free_port()}"
+    context = zmq.Context()
+    raw = context.socket(zmq.PUSH)
+    try:
+        with Connection(f"zpull://{where}", timeout=5) as receiver:
+            raw.connect(f"tcp://{where}")
+            raw.send_multipart([b"garbage!", b"more"])
+            raw.send_multipart(tenbin.encode_list([np.arange(3, dtype=np.int16)]))
+            with pytest.raises(DecodeError, match=rf"zpull://{where}: message 1: .*\(frame 0\)") as info:
+                receiver.recv()
+            assert info.value.index == 0
+            assert receiver.recv()[0].tolist() == [0, 1, 2]
+    finally:
+        raw.close(linger=0)
+        context.term()
 
 
 def test_total_and_epoch_bound_markerless_streams(free_port):

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from tensorcom import settings, sockets, urls, wire
 from tensorcom.batchutil import batch_size, listify, prepare_batch, resolve_converters, transform_with
-from tensorcom.errors import TransportError
+from tensorcom.errors import DecodeError, TransportError
 from tensorcom.stats import SequenceTracker, Statistics
 
 DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
@@ -101,6 +101,7 @@ class Connection:
         self.batch_size = 1
         self.sampler = self.batch_sampler = None  # what DataLoader-like consumers look for
         self._seq = 0
+        self._received = 0  # messages taken from the socket, for error messages
         self._tracker = SequenceTracker()
         self._markers: dict[Any, dict] = {}  # group key -> {"size": n, "senders": {sender: count}}
         self._ended: set[str] = set()  # senders whose marker for the current pass has arrived
@@ -253,10 +254,16 @@ class Connection:
         buffers = [frame.buffer for frame in frames]
         if self.endpoints[0].topic:
             buffers = buffers[1:]
+        self._received += 1
         if self.raw:
             self.stats.add(sum(b.nbytes for b in buffers), 1)
             return buffers
-        return wire.decode_message(buffers, max_size=self.max_message_size)
+        try:
+            return wire.decode_message(buffers, max_size=self.max_message_size)
+        except DecodeError as exc:  # name the URL and the message; keep the class and the frame index
+            error = type(exc)(f"{self.url}: message {self._received}: {exc}")
+            error.index = exc.index
+            raise error from exc
 
     def _accept(self, message: Any) -> Any:
         """Account for a received batch message and return its batch, transformed and converted."""
