@@ -163,6 +163,26 @@ def test_rate_report_callback_and_stderr(free_port, capfd):
     assert "batches/s" in capfd.readouterr().err
 
 
+def test_report_counts_an_epoch_while_the_next_one_is_blocked(free_port):
+    """A short epoch followed by a send that blocks (nobody reads) still shows in the reports."""
+    port = free_port()
+    reports = []
+    big = Pipeline(range(8)).map(big_sample).batch(2)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        thread, result = in_thread(big, f"zpush://127.0.0.1:{port}", epochs=3, report=0.05,
+                                   on_report=reports.append, connection_options={"sndhwm": 1})
+        assert len(list(conn)) == 4  # one epoch; the next epoch's sends now block
+        time.sleep(1.0)
+        assert reports and max(r["batches"] for r in reports) >= 4
+        assert len(list(conn)) == 4 and len(list(conn)) == 4
+        thread.join(timeout=30)
+    assert result["stats"]["batches"] == 12
+
+
+def big_sample(i):
+    return {"i": np.int32(i), "x": np.zeros(1 << 20, np.uint8)}
+
+
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})

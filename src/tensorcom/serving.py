@@ -152,6 +152,7 @@ def send_epochs(pipeline: Pipeline, conn: Any, epochs: int | None, first_epoch: 
             conn.send(batch)
             progress.add(batch)
         conn.end_epoch()
+        progress.post("progress")  # an epoch's counts reach the report even if the next send blocks
         barrier.wait()
         epoch += 1
 
