@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -287,6 +288,26 @@ def test_binding_receiver_waits_for_senders_and_groups(free_port):
     finally:
         for conn in (receiver, solo, *group):
             conn.close()
+
+
+def test_pass_waits_for_every_sender_heard_from(free_port):
+    """Two independent servers into one bound PULL (senders=1 by default): the pass ends after both."""
+    where = f"127.0.0.1:{free_port()}"
+    receiver = Connection(f"zpull://{where}", timeout=2)
+    first, second = Connection(f"zpush://{where}"), Connection(f"zpush://{where}")
+    try:
+        first.send(make_batch(0))
+        second.send(make_batch(1))
+        time.sleep(0.3)  # both peers connected and queued: ZeroMQ then takes from them in turn
+        first.end_epoch()
+        first.send(make_batch(2))  # first's next epoch: held back
+        second.send(make_batch(3))
+        second.end_epoch()
+        batches, ended = collect_until_timeout(receiver)
+        assert ended and sorted(int(b[1][0]) for b in batches) == [0, 1, 3]
+    finally:
+        for conn in (receiver, first, second):
+            conn.close(linger=0)
 
 
 def test_early_markers_count_for_the_next_epoch(free_port):

@@ -9,8 +9,10 @@ views of them. Messages of both protocols are accepted without being told which.
 End of an epoch, on the receiving side: a sender's `end_epoch()` / the end of its `serve()` sends an
 end-of-epoch marker carrying the sender's id, a `group` (default: none, i.e. a group of its own) and
 `group_size`. A group is complete when markers from `group_size` distinct senders of that group have
-arrived. `for batch in conn` ends when as many groups are complete as the connection expects: one
-per endpoint it connects to, plus `senders` (default 1) if it binds. Markers that arrive early are
+arrived. `for batch in conn` ends when as many groups are complete as the connection expects (one
+per endpoint it connects to, plus `senders` (default 1) if it binds) and no sender that sent batches
+in this pass is still in the middle of its epoch: N independent servers feeding one bound socket end
+the pass after all N markers, as long as each has been heard from before the first of them ends. Markers that arrive early are
 kept for the next pass, and so are the batches of a sender that has already ended the current pass
 (up to MAX_HELD_MESSAGES / MAX_HELD_BYTES, after which they are let through with a warning), so a
 fast sender's next epoch never leaks into this one. A stream without markers (a tensorcom 0.1 server) never ends by itself; a
@@ -105,6 +107,7 @@ class Connection:
         self._tracker = SequenceTracker()
         self._markers: dict[Any, dict] = {}  # group key -> {"size": n, "senders": {sender: count}}
         self._ended: set[str] = set()  # senders whose marker for the current pass has arrived
+        self._active: set[str] = set()  # senders that sent batches in this pass and have not ended it
         self._backlog: deque = deque()  # held messages to process before reading the socket again
         self._held: list = []  # messages from senders in _ended, for the next pass
         self._context = None
@@ -269,6 +272,8 @@ class Connection:
         """Account for a received batch message and return its batch, transformed and converted."""
         self._tracker.batch(message.sender, message.seq)
         self.stats.dropped = self._tracker.dropped
+        if message.sender is not None:
+            self._active.add(message.sender)
         batch = message.batch
         if isinstance(batch, tuple):
             batch = list(batch)
@@ -288,11 +293,12 @@ class Connection:
         self._tracker.marker(message.sender, message.seq)
         self.stats.dropped = self._tracker.dropped
         self._ended.add(message.sender)
+        self._active.discard(message.sender)
         key = ("group", message.group) if message.group is not None else ("sender", message.sender)
         entry = self._markers.setdefault(key, {"size": message.group_size, "senders": {}})
         entry["senders"][message.sender] = entry["senders"].get(message.sender, 0) + 1
         complete = [e for e in self._markers.values() if len(e["senders"]) >= e["size"]]
-        if len(complete) < self._expected_groups():
+        if len(complete) < self._expected_groups() or self._active:
             return False
         for entry in complete:  # consume one marker of each sender of each complete group
             self._ended.difference_update(entry["senders"])
