@@ -179,6 +179,10 @@ def test_max_message_size(free_port):
         with pytest.raises(MessageTooLarge):
             receiver.recv()
         assert receiver.recv()[0].shape == (10,)  # the connection survives
+        sender.send([np.zeros(5000, np.uint8)])  # one frame over the limit: ZeroMQ drops it
+        with pytest.raises(RecvTimeout, match="max_message_size=4000"):
+            receiver.socket.rcvtimeo = 300
+            receiver.recv()
 
 
 def test_garbage_names_the_url_and_the_connection_survives(free_port):

@@ -93,6 +93,10 @@ class Connection:
         self.senders = _check_int("senders", senders, 1)
         limit = settings.max_message_size() if max_message_size is None else max_message_size
         self.max_message_size = _check_int("max_message_size", limit, 1)
+        self._timeout_hint = ""  # ZeroMQ drops a frame over the limit without telling the receiver
+        if limit < settings.DEFAULT_MAX_MESSAGE_SIZE:
+            self._timeout_hint = (f" (a message with a frame over max_message_size={limit} bytes is "
+                                  "refused by ZeroMQ and never arrives)")
         self.stats = Statistics(stats_horizon)
         self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.socket = None
@@ -252,7 +256,7 @@ class Connection:
     def _recv_message(self) -> Any:
         """The next message: a wire.Message, or the frames themselves when `raw`."""
         sock = self._live_socket()
-        with sockets.translated(self.url, self.timeout, "receive"):
+        with sockets.translated(self.url, self.timeout, "receive", self._timeout_hint):
             frames = sock.recv_multipart(copy=False)
         buffers = [frame.buffer for frame in frames]
         if self.endpoints[0].topic:

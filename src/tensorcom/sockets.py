@@ -78,13 +78,14 @@ def attach(sock: zmq.Socket, endpoint: Endpoint) -> str:
 
 
 @contextlib.contextmanager
-def translated(url: str, timeout: float | None = None, action: str = "receive") -> Iterator[None]:
-    """Turn zmq errors raised inside the block into TransportError / RecvTimeout naming `url`."""
+def translated(url: str, timeout: float | None = None, action: str = "receive", hint: str = "") -> Iterator[None]:
+    """Turn zmq errors raised inside the block into TransportError / RecvTimeout naming `url`;
+    `hint` is added to a receive timeout's text."""
     try:
         yield
     except zmq.Again:
         if action == "receive":
-            raise RecvTimeout(f"nothing received within {timeout} s", url) from None
+            raise RecvTimeout(f"nothing received within {timeout} s{hint}", url) from None
         raise TransportError(f"could not {action} within {timeout} s (no peer ready?)", url) from None
     except zmq.ZMQError as exc:
         raise TransportError(f"{action} failed: {exc.strerror or exc}", url) from exc
