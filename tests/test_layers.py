@@ -11,7 +11,7 @@ import tensorcom
 PACKAGE = Path(tensorcom.__file__).parent
 
 LAYERS = [
-    ["tensorcom", "errors", "settings"],
+    ["tensorcom", "errors", "settings", "torchdata"],
     ["tenbin"],
     ["wire"],
     ["urls"],

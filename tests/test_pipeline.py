@@ -145,32 +145,14 @@ def test_pipelines_pickle_when_built_from_module_level_parts():
 
 
 @pytest.mark.procs
-def test_torch_dataloader_workers_get_disjoint_shares():
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_torch_dataloader_workers_get_disjoint_shares(context):
     torch = pytest.importorskip("torch")
-    loader = torch.utils.data.DataLoader(__getattr__("TorchPipeline")(range(20)), batch_size=None, num_workers=2,
-                                         multiprocessing_context="fork", timeout=60)  # torch's own default on Linux
+    dataset = Pipeline(range(20)).map(square).as_torch()
+    assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 20
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
+                                         multiprocessing_context=context, timeout=60)
     assert sorted(int(x) for x in loader) == [x * x for x in range(20)]
-
-
-def __getattr__(name):
-    """TorchPipeline is built on first use, so that importing this module (as spawned workers do to
-    find the functions above) does not import torch."""
-    if name != "TorchPipeline":
-        raise AttributeError(name)
-    import torch.utils.data
-
-    class TorchPipeline(torch.utils.data.IterableDataset):
-        """A Pipeline wrapped as a torch IterableDataset."""
-
-        def __init__(self, items):
-            self.pipeline = Pipeline(items).map(square)
-
-        def __iter__(self):
-            return iter(self.pipeline)
-
-    TorchPipeline.__qualname__ = "TorchPipeline"
-    globals()["TorchPipeline"] = TorchPipeline
-    return TorchPipeline
 
 
 def augment_image(sample, rng):

@@ -301,6 +301,13 @@ class Pipeline:
                             "unbatch, rebatch or endless repeat makes it unpredictable)")
         return size
 
+    def as_torch(self) -> Any:
+        """This pipeline as a torch.utils.data.IterableDataset (imports torch), for DataLoader: in
+        each DataLoader worker an unsharded pipeline takes its own share of the source."""
+        from tensorcom.torchdata import as_iterable_dataset
+
+        return as_iterable_dataset(self)
+
     def __repr__(self) -> str:
         names = "".join(f".{s.kind}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})" for s in self.steps)
         return f"Pipeline({type(self.source).__name__}, seed={self.seed}){names}"

@@ -220,20 +220,9 @@ class ShardDataset:
     def as_torch(self) -> Any:
         """This dataset as a torch.utils.data.IterableDataset (imports torch), for DataLoader: each
         DataLoader worker then reads its own share of the shards."""
-        import torch.utils.data
+        from tensorcom.torchdata import as_iterable_dataset
 
-        class TorchShardDataset(torch.utils.data.IterableDataset):
-            def __init__(self, dataset: ShardDataset):
-                super().__init__()
-                self.dataset = dataset
-
-            def __iter__(self) -> Iterator[dict[str, Any]]:
-                return iter(self.dataset)
-
-            def __len__(self) -> int:
-                return len(self.dataset)
-
-        return TorchShardDataset(self)
+        return as_iterable_dataset(self)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         rank, world_size = node_and_world(*self.node)
