@@ -72,6 +72,19 @@ def test_containers_round_trip_in_both_forms(batch):
     assert same(wire.decode_message(bytes(buffer)).batch, batch)  # a bare buffer is one frame
 
 
+def test_largest_array_data_travels_last_and_infos_keep_the_walk_order():
+    images, labels, mask = np.ones((4, 8, 8, 3), np.uint8), np.arange(4, dtype=np.int32), np.zeros((4, 8), bool)
+    frames = wire.encode_batch({"images": images, "labels": labels, "mask": mask})
+    sizes = [memoryview(f).nbytes for f in frames[2::2]]
+    assert sizes == sorted(sizes) and sizes[-1] == images.nbytes
+    batch = wire.decode_message(frames).batch
+    assert np.array_equal(batch["images"], images) and np.array_equal(batch["labels"], labels)
+    assert np.array_equal(batch["mask"], mask)
+    labelled = wire.encode_batch([images, labels], infos=["img", "cls"])
+    assert memoryview(labelled[2]).nbytes == images.nbytes  # depth-first order kept with infos
+    assert wire.decode_message(labelled).infos == ("img", "cls")
+
+
 def test_single_buffer_arrays_are_views_of_the_buffer():
     buffer = wire.frames_to_buffer(wire.encode_batch({"x": np.arange(1000.0)}))
     message = wire.decode_message([buffer])

@@ -66,16 +66,21 @@ def _check_header(seq: Any, epoch: Any, sender: Any) -> None:
 
 
 class _Packer:
-    """Packs a batch's structure with msgpack, collecting its arrays (depth-first) as references."""
+    """Packs a batch's structure with msgpack, collecting its arrays (depth-first) as references.
 
-    def __init__(self) -> None:
+    `slots[k]`, when given, is the frame slot of the k-th array met (a permutation); else slot k.
+    """
+
+    def __init__(self, slots: list[int] | None = None) -> None:
         self.arrays: list[np.ndarray] = []
+        self.slots = slots
 
     def default(self, obj: Any) -> Any:
         """msgpack's hook for everything that is not an exact plain type."""
         if isinstance(obj, (np.ndarray, np.generic)) and not isinstance(obj, (np.str_, np.bytes_)):
             self.arrays.append(np.asarray(obj))
-            return msgpack.ExtType(EXT_ARRAY, (len(self.arrays) - 1).to_bytes(4, "big"))
+            slot = len(self.arrays) - 1 if self.slots is None else self.slots[len(self.arrays) - 1]
+            return msgpack.ExtType(EXT_ARRAY, slot.to_bytes(4, "big"))
         if isinstance(obj, tuple):
             return msgpack.ExtType(EXT_TUPLE, self.pack(list(obj)))
         for plain in (bool, int, float, str, bytes, list, dict):  # subclasses: np.str_, IntEnum, ...
@@ -112,8 +117,9 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
     """A batch -> frames `[metadata, header_0, data_0, ...]` (protocol 2) or 0.1 frames (protocol 1).
 
     `batch` is a list, tuple or dict, nested freely, whose leaves are numpy arrays or plain values.
-    Array data frames are memoryviews of the arrays (no copy). `infos` labels the arrays in
-    depth-first order. Protocol 1 ignores seq/epoch/sender.
+    Array data frames are memoryviews of the arrays (no copy), ordered by size, largest last (in
+    depth-first order when `infos`, which labels the arrays in that order, is given). Protocol 1
+    ignores seq/epoch/sender and keeps the list's order.
     """
     if protocol == 1:
         return _encode_v1(batch, infos)
@@ -125,7 +131,15 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
     packer = _Packer()
     meta = {"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender, "batch": batch}
     head = MAGIC + packer.pack(meta)
-    return [head, *tenbin.encode_list(packer.arrays, infos=infos)]
+    arrays = packer.arrays
+    order = sorted(range(len(arrays)), key=lambda k: arrays[k].nbytes)  # stable: smallest first
+    if infos is None and order != sorted(order):  # the largest data last: ZeroMQ moves it with less work
+        slots = [0] * len(order)
+        for slot, k in enumerate(order):
+            slots[k] = slot
+        head = MAGIC + _Packer(slots).pack(meta)
+        arrays = [arrays[k] for k in order]
+    return [head, *tenbin.encode_list(arrays, infos=infos)]
 
 
 def encode_end_of_epoch(*, seq: int, epoch: int, sender: str = "", group: str | None = None,
