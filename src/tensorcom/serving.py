@@ -37,7 +37,7 @@ from typing import Any, Callable
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import Pipeline
 from tensorcom.stages import batch_size
-from tensorcom.workers import check_picklable, watch_parent
+from tensorcom.workers import check_picklable, join_or_kill, watch_parent
 
 PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
 DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages to leave
@@ -275,14 +275,7 @@ class _Supervisor:
         self.stop.set()
         if self.barrier is not None:
             self.barrier.abort()
-        deadline = time.monotonic() + 2.0
-        for proc in self.procs:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self.procs:
-            for action in (proc.terminate, proc.kill):
-                if proc.is_alive():
-                    action()
-                    proc.join(timeout=2.0)
+        join_or_kill(self.procs, grace=2.0)
         self.messages.cancel_join_thread()
         self.messages.close()
 

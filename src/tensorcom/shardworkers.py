@@ -32,7 +32,6 @@ import os
 import queue
 import signal
 import threading
-import time
 import traceback
 from collections import deque
 from multiprocessing import connection as mpc
@@ -40,18 +39,7 @@ from typing import Any, Callable, Iterator
 
 from tensorcom import procpipe
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.workers import POLL, check_picklable, watch_parent
-
-
-def _put(outq: queue.Queue, message: tuple, stop: Any) -> bool:
-    """Put `message` on the bounded `outq`, giving up (False) once `stop` is set."""
-    while not stop.is_set():
-        try:
-            outq.put(message, timeout=POLL)
-            return True
-        except queue.Full:
-            continue
-    return False
+from tensorcom.workers import POLL, check_picklable, join_or_kill, put_unless_stopped, watch_parent
 
 
 def share_loop(make: Callable, ident: int, count: int, outq: queue.Queue, stop: Any) -> None:
@@ -61,13 +49,13 @@ def share_loop(make: Callable, ident: int, count: int, outq: queue.Queue, stop: 
     try:
         items = make(ident, count)
         for item in items:
-            if not _put(outq, ("item", item), stop):
+            if not put_unless_stopped(outq, ("item", item), stop):
                 return
             produced += 1
-        _put(outq, ("end", produced), stop)
+        put_unless_stopped(outq, ("end", produced), stop)
     except Exception as exc:
         failure = (ident, repr(exc), traceback.format_exc(), getattr(exc, "tensorcom_key", None))
-        _put(outq, ("error", failure), stop)
+        put_unless_stopped(outq, ("error", failure), stop)
 
 
 def sender_loop(outq: queue.Queue, sender: procpipe.PipeSender, ident: int, stop: Any) -> None:
@@ -106,7 +94,7 @@ def process_main(make: Callable, ident: int, count: int, writer: Any, stop: Any,
             init()
         share_loop(make, ident, count, outq, stop)
     except Exception as exc:  # init failed
-        _put(outq, ("error", (ident, repr(exc), traceback.format_exc(), None)), stop)
+        put_unless_stopped(outq, ("error", (ident, repr(exc), traceback.format_exc(), None)), stop)
     while sender.is_alive() and not stop.is_set():
         sender.join(timeout=POLL)
 
@@ -188,14 +176,7 @@ class _Shares:
         if self.processes:
             for reader in self.readers:
                 reader.close()  # a sender blocked on a full pipe gets BrokenPipeError
-        deadline = time.monotonic() + 1.0
-        for worker in self.workers:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self.workers if self.processes else []:
-            for action in (proc.terminate, proc.kill):
-                if proc.is_alive():
-                    action()
-                    proc.join(timeout=1.0)
+        join_or_kill(self.workers, grace=1.0, kill=self.processes)
 
 
 def _how(code: int | None) -> str:

@@ -199,15 +199,8 @@ class _Workers:
             return
         self.closed = True
         self.stop.set()
-        deadline = time.monotonic() + 1.0
-        for worker in self.workers:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        join_or_kill(self.workers, grace=1.0, kill=self.processes)
         if self.processes:
-            for proc in self.workers:
-                for action in (proc.terminate, proc.kill):
-                    if proc.is_alive():
-                        action()
-                        proc.join(timeout=1.0)
             self.inq.cancel_join_thread()
             self.inq.close()
             self.results.close()
@@ -334,18 +327,32 @@ def prefetch_loop(source: Iterator, outq: queue.Queue, stop: threading.Event) ->
     ("error", exc); gives up when `stop` is set. Closes `source` in this thread when done."""
     try:
         for item in source:
-            if not _put(outq, ("item", item), stop):
+            if not put_unless_stopped(outq, ("item", item), stop):
                 return
-        _put(outq, ("end", None), stop)
+        put_unless_stopped(outq, ("end", None), stop)
     except BaseException as exc:  # handed to the consumer, which re-raises it
-        _put(outq, ("error", exc), stop)
+        put_unless_stopped(outq, ("error", exc), stop)
     finally:
         close = getattr(source, "close", None)
         if close is not None:
             close()
 
 
-def _put(outq: queue.Queue, message: tuple, stop: threading.Event) -> bool:
+def join_or_kill(workers: list, grace: float, kill: bool = True) -> None:
+    """Join threads or processes for up to `grace` seconds in all; with `kill`, processes still alive
+    then are terminated, and killed if they outlive that by a second."""
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in workers if kill else []:
+        for action in (proc.terminate, proc.kill):
+            if proc.is_alive():
+                action()
+                proc.join(timeout=1.0)
+
+
+def put_unless_stopped(outq: queue.Queue, message: tuple, stop: Any) -> bool:
+    """Put `message` on the bounded `outq`, giving up (False) once `stop` is set."""
     while not stop.is_set():
         try:
             outq.put(message, timeout=POLL)
