@@ -55,5 +55,5 @@ def test_window_is_bounded():
 
 
 def test_bad_horizon():
-    with pytest.raises(ValueError, match="1"):
+    with pytest.raises(ValueError, match=r"stats_horizon .* got 1"):
         Statistics(horizon=1)

@@ -95,6 +95,8 @@ def test_bad_inputs():
     assert info.value.url == "s.tar" and info.value.member == "k7.jpg"
     with pytest.raises(TypeError, match="cls"):
         encode_sample({"__key__": "k", "cls": 1.5})
+    with pytest.raises(ValueError, match="'txt' of sample 'k'"):  # UnicodeEncodeError wants 5 arguments
+        encode_sample({"__key__": "k", "txt": "\ud800"})
     with pytest.raises(TypeError):
         encode_field("unknownext", object())
     with pytest.raises(ValueError, match="must lie in"):

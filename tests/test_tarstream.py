@@ -106,6 +106,9 @@ def test_member_larger_than_buffer_and_gzip():
     half = len(data) // 2
     twice = gzip.compress(data[:half]) + gzip.compress(data[half:])
     assert [name for name, _ in members_of(twice)] == ["big.bin", "small.txt"]
+    # many small gzip members (as bgzip writes them), several in each read, then zero padding
+    blocks = b"".join(gzip.compress(data[i:i + 5000], mtime=0) for i in range(0, len(data), 5000))
+    assert members_of(blocks + b"\0" * 100, bufsize=65536) == [("big.bin", big), ("small.txt", b"s")]
 
 
 def test_split_name():
@@ -324,3 +327,25 @@ def test_pure_python_switch(monkeypatch):
     assert tarscan.scanner() is tarscan.scan_python
     monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "0")
     assert tarscan.scanner() is (tarscan.scan_c or tarscan.scan_python)
+
+
+@pytest.mark.parametrize("record", [b"0 x=y\n", b"00path", b"9 path=a\n1 "])
+def test_malformed_pax_record_is_an_error_not_a_hang(record):
+    pax = ustar_header(b"PaxHeader/a.txt", len(record), kind=b"x") + record + b"\0" * (-len(record) % 512)
+    data = pax + raw_tar([(b"a.txt", b"A", b"")])
+    with pytest.raises(TarFormatError, match="malformed pax record") as info:
+        members_of(data)
+    assert info.value.url == "mem.tar" and info.value.member == "PaxHeader/a.txt"
+
+
+@pytest.mark.parametrize("record", [b"14 size=abcde\n", b"11 size=-5\n"])
+def test_bad_pax_size_is_a_tar_format_error(record, tmp_path):
+    pax = ustar_header(b"PaxHeader/a.txt", len(record), kind=b"x") + record + b"\0" * (-len(record) % 512)
+    (tmp_path / "pax.tar").write_bytes(pax + raw_tar([(b"a.txt", b"A", b"")]))
+    url = str(tmp_path / "pax.tar")
+    with pytest.raises(TarFormatError, match="bad size") as info:
+        list(shard_samples(url))
+    assert info.value.url == url and info.value.member == "a.txt"
+    counts = SkipCounts()
+    assert list(shard_samples(url, handler=ignore_and_continue, counts=counts)) == []
+    assert counts.shards == 1

@@ -267,9 +267,10 @@ def test_zmq_send_and_receive_through_real_sockets():
         tenbin.zsend_multipart(sender, arrays, infos=["a", "b"])
         got, infos = tenbin.zrecv_multipart(receiver, infos=True)
         assert infos == ["a", "b"] and all(same(x, y) for x, y in zip(got, arrays))
+        assert not got[0].flags.owndata  # a view of the received frame
         tenbin.zsend_single(sender, arrays)
         got = tenbin.zrecv_single(receiver)
-        assert all(same(x, y) for x, y in zip(got, arrays))
+        assert all(same(x, y) for x, y in zip(got, arrays)) and not got[0].flags.owndata
     finally:
         sender.close(linger=0)
         receiver.close(linger=0)

@@ -130,6 +130,17 @@ def test_extract_json_lines_with_skip_and_missing(popen, data):
                     for i in (10, 11)]
 
 
+def test_extract_decode_error_names_shard_key_and_field():
+    from tensorcom.cli.wl_extract import extract
+    from tensorcom.errors import SampleError
+
+    sample = {"__key__": "k1", "__url__": "x.tar", "cls": b"3", "json": b"{bad"}
+    assert extract(sample, ["__key__", "cls"]) == {"__key__": "k1", "cls": 3}
+    with pytest.raises(SampleError, match="JSONDecodeError") as info:
+        extract(sample, ["json"])
+    assert info.value.url == "x.tar" and info.value.member == "k1.json"
+
+
 def test_dump_writes_key_ext_files(popen, data, tmp_path):
     url, raw = data
     out = tmp_path / "dump"

@@ -62,3 +62,13 @@ def test_tensorcom_dataset_with_dataloader(free_port):
     assert [int(b[1][0]) for b in second] == [4, 5]
     with pytest.raises(ValueError):
         TensorcomDataset("zpull://127.0.0.1:1", length=-1)
+
+
+def test_tensorcom_dataset_pickles_before_it_connects():
+    pytest.importorskip("torch")
+    import pickle
+
+    from tensorcom.zcom import TensorcomDataset
+
+    copy = pickle.loads(pickle.dumps(TensorcomDataset("zpull://127.0.0.1:1", length=3, timeout=1)))
+    assert type(copy) is TensorcomDataset and len(copy) == 3 and copy.con is None

@@ -55,17 +55,19 @@ def batch_size(batch: Any) -> int:
 
 
 def prepare_batch(batch: Any, allow64: bool) -> Any:
-    """Check a batch's type, turn torch tensors into numpy arrays, refuse 64-bit arrays unless allowed."""
+    """A list, tuple or dict batch → the same container with torch tensors turned into numpy arrays.
+
+    TypeError for any other batch; EncodeError naming the field for a 64-bit array unless `allow64`."""
     if isinstance(batch, dict):
         batch = {k: to_numpy_plain(v) for k, v in batch.items()}
-        values = batch.values()
+        fields = batch.items()
     elif isinstance(batch, (list, tuple)):
         batch = type(batch)(to_numpy_plain(v) for v in batch)
-        values = batch
+        fields = enumerate(batch)
     else:
         raise TypeError(f"a batch must be a list, tuple or dict, not {type(batch).__name__}")
     if not allow64:
-        for key, value in zip(batch.keys() if isinstance(batch, dict) else range(len(batch)), values):
+        for key, value in fields:
             if isinstance(value, np.ndarray) and value.dtype.str[1:] in _WIDE:
                 raise EncodeError(f"field {key!r} is {value.dtype}; pass allow64=True to send 64-bit arrays")
     return batch

@@ -12,16 +12,18 @@ end-of-epoch marker carrying the sender's id, a `group` (default: none, i.e. a g
 arrived. `for batch in conn` ends when as many groups are complete as the connection expects (one
 per endpoint it connects to, plus `senders` (default 1) if it binds) and no sender that sent batches
 in this pass is still in the middle of its epoch: N independent servers feeding one bound socket end
-the pass after all N markers, as long as each has been heard from before the first of them ends. Markers that arrive early are
-kept for the next pass, and so are the batches of a sender that has already ended the current pass
-(up to MAX_HELD_MESSAGES / MAX_HELD_BYTES, after which they are let through with a warning), so a
-fast sender's next epoch never leaks into this one. A stream without markers (a tensorcom 0.1 server) never ends by itself; a
-pass also ends after `epoch` batches (so it yields at most `len(conn)` batches), after `total` samples
-over the connection's life (when > 0), or with `RecvTimeout` after `timeout` seconds of silence.
+the pass after all N markers, as long as each has been heard from before the first of them ends.
+Markers that arrive early are kept for the next pass, and so are the batches of a sender that has
+already ended the current pass (up to MAX_HELD_MESSAGES / MAX_HELD_BYTES, after which they are let
+through with a warning), so a fast sender's next epoch never leaks into this one. A stream without
+markers (a tensorcom 0.1 server) never ends by itself; a pass also ends after `epoch` batches (so it
+yields at most `len(conn)` batches), after `total` samples over the connection's life (when > 0),
+or with `RecvTimeout` after `timeout` seconds of silence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import socket as _socket
@@ -149,7 +151,7 @@ class Connection:
             raise TransportError(f"{endpoint.scheme}:// is the sharing protocol, which Connection "
                                  "does not speak; use the sharing API", endpoint.url)
         if topic and endpoint.socket_type == "SUB" and not endpoint.topic:
-            return urls.Endpoint(**{**endpoint.__dict__, "topic": topic})
+            return dataclasses.replace(endpoint, topic=topic)
         return endpoint
 
     @staticmethod
@@ -176,8 +178,7 @@ class Connection:
             return
         self._closed = True
         if linger is None:
-            sending = bool(self.endpoints) and self.endpoints[0].socket_type in ("PUSH", "PUB")
-            linger = SEND_LINGER if sending else 0.0
+            linger = SEND_LINGER if self.endpoints and self.endpoints[0].sends else 0.0
         if self.socket is not None:
             self.socket.close(linger=int(max(linger, 0.0) * 1000))
             self.socket = None

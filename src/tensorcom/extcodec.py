@@ -291,5 +291,10 @@ def encode_sample(sample: dict[str, Any], allow_pickle: bool = False) -> dict[st
         try:
             result[name] = encode_field(name, value, allow_pickle=allow_pickle)
         except (TypeError, ValueError) as exn:
-            raise type(exn)(f"field {name!r} of sample {sample.get('__key__')!r}: {exn}") from exn
+            message = f"field {name!r} of sample {sample.get('__key__')!r}: {exn}"
+            try:
+                error = type(exn)(message)
+            except TypeError:  # a class that wants other arguments, like UnicodeEncodeError
+                error = TypeError(message) if isinstance(exn, TypeError) else ValueError(message)
+            raise error from exn
     return result

@@ -242,7 +242,9 @@ def open_fsspec(url: str, mode: str, bufsize: int = DEFAULT_BUFSIZE, **options: 
         raise OpenError(f"{type(exn).__name__}: {exn}", url=url) from exn
 
 
-SCHEMES: dict[str, Callable[..., IO[bytes]]] = {
+SCHEMES: dict[str, Callable[..., IO[bytes]]] = {  # scheme_of(url) -> opener; fsspec for the rest
+    "-": open_stdio,
+    "pipe": open_pipe,
     "file": open_local,
     "http": open_http,
     "https": open_http,
@@ -271,9 +273,4 @@ def gopen(url: str | os.PathLike, mode: str = "rb", **options: Any) -> IO[bytes]
         raise TypeError(f"url must be a str or path, not {type(url).__name__}: {url!r}")
     if mode in ("r", "w", "a"):
         mode += "b"
-    scheme = scheme_of(url)
-    if scheme == "-":
-        return open_stdio(url, mode, **options)
-    if scheme == "pipe":
-        return open_pipe(url, mode, **options)
-    return SCHEMES.get(scheme, open_fsspec)(url, mode, **options)
+    return SCHEMES.get(scheme_of(url), open_fsspec)(url, mode, **options)

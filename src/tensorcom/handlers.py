@@ -32,7 +32,8 @@ def ignore_and_continue(exn: BaseException) -> bool:
 
 @dataclass
 class SkipCounts:
-    """How many samples and shards a reader skipped under a continuing policy, and the last error."""
+    """How many samples and shards a reader skipped under a continuing policy, and the text of the
+    first 100 errors that caused a skip ("TypeName: message")."""
 
     samples: int = 0
     shards: int = 0

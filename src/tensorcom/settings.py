@@ -11,6 +11,17 @@ from pathlib import Path
 DEFAULT_MAX_MESSAGE_SIZE = 1 << 31  # 2 GiB: receivers refuse anything larger
 
 
+def _int_variable(name: str, default: int) -> int:
+    """$name as an int, `default` when unset; ValueError naming the variable when it is not an int."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"${name} must be an integer, got {text!r}") from None
+
+
 def cache_dir() -> Path:
     """Directory for cached data (the demo dataset): $TENSORCOM_CACHE, else $XDG_CACHE_HOME/tensorcom."""
     explicit = os.environ.get("TENSORCOM_CACHE")
@@ -22,8 +33,7 @@ def cache_dir() -> Path:
 
 def rank_and_world_size() -> tuple[int, int]:
     """(rank, world size) of this node from RANK / WORLD_SIZE; (0, 1) when unset."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = _int_variable("RANK", 0), _int_variable("WORLD_SIZE", 1)
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"RANK={rank} and WORLD_SIZE={world} do not describe a node of the job")
     return rank, world
@@ -31,7 +41,7 @@ def rank_and_world_size() -> tuple[int, int]:
 
 def max_message_size() -> int:
     """Largest message a receiver accepts, in bytes: $TENSORCOM_MAX_MESSAGE_SIZE or 2 GiB."""
-    return int(os.environ.get("TENSORCOM_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE))
+    return _int_variable("TENSORCOM_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE)
 
 
 def s3_endpoint_url() -> str | None:

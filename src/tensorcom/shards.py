@@ -21,7 +21,7 @@ from tensorcom.extcodec import IMAGE_MODES, decode_image, decode_sample, encode_
 from tensorcom.handlers import (Handler, SkipCounts, handle, ignore_and_continue, reraise_exception,
                                 warn_and_continue)
 from tensorcom.shardlist import (epoch_rng, epoch_shards, expand_urls, node_and_world, resampled_shards,
-                                 worker_and_count)
+                                 split_shards, worker_and_count)
 from tensorcom.tarstream import shard_samples
 from tensorcom.writers import ShardWriter, TarWriter
 
@@ -162,7 +162,7 @@ class ShardDataset:
             if self.resampled:
                 if len(set(self.sizes)) > 1:
                     raise TypeError("len() of a resampled ShardDataset needs one size for all shards")
-                total += self.sizes[0] * len(self.urls[rank::world_size])
+                total += self.sizes[0] * len(split_shards(self.urls, rank, world_size))
                 continue
             order = epoch_shards(range(len(self.urls)), shuffle=self.shuffle_shards, seed=self.seed,
                                  epoch=epoch, rank=rank, world_size=world_size, worker=0, num_workers=1)
@@ -172,7 +172,7 @@ class ShardDataset:
     def _shard_sequence(self, epoch: int, rank: int, world_size: int, worker: int,
                         num_workers: int) -> Iterator[str]:
         if self.resampled:
-            count = len(self.urls[rank::world_size][worker::num_workers])
+            count = len(split_shards(self.urls, rank, world_size, worker, num_workers))
             return resampled_shards(self.urls, seed=self.seed, epoch=epoch, rank=rank, worker=worker,
                                     count=count)
         return iter(epoch_shards(self.urls, shuffle=self.shuffle_shards, seed=self.seed, epoch=epoch,

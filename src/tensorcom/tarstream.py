@@ -51,19 +51,27 @@ class Gunzip(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         while not self.pending:
-            if self.inflater.unconsumed_tail:
-                data = self.inflater.unconsumed_tail
-            else:
-                data = self.source.read(self.bufsize)
-                if not data:
-                    if not self.inflater.eof:
-                        raise TarFormatError("truncated gzip stream", url=self.url)
-                    return 0
+            data = self._next_input()
+            if data is None:
+                return 0
             self._inflate(data, len(buffer))
         count = min(len(buffer), len(self.pending))
         buffer[:count] = self.pending[:count]
         self.pending = self.pending[count:]
         return count
+
+    def _next_input(self) -> bytes | None:
+        """Compressed bytes to feed next: what the inflater left (its output limit, or the start of the
+        next gzip member), else a read from the source; None at a clean end of the stream."""
+        inflater = self.inflater
+        if inflater.unconsumed_tail:
+            return inflater.unconsumed_tail
+        if inflater.eof and inflater.unused_data.strip(b"\0"):
+            return inflater.unused_data
+        data = self.source.read(self.bufsize)
+        if not data and not inflater.eof:
+            raise TarFormatError("truncated gzip stream", url=self.url)
+        return data or None
 
     def _inflate(self, data: bytes, limit: int) -> None:
         if self.inflater.eof:  # a new gzip member follows the last one (or trailing zero padding)
@@ -74,11 +82,6 @@ class Gunzip(io.RawIOBase):
             self.pending = self.inflater.decompress(data, max(limit, self.bufsize))
         except zlib.error as exn:
             raise TarFormatError(f"corrupt gzip data: {exn}", url=self.url) from exn
-        if self.inflater.eof and self.inflater.unused_data:
-            rest = self.inflater.unused_data
-            self.inflater = zlib.decompressobj(wbits=31) if rest.strip(b"\0") else self.inflater
-            if rest.strip(b"\0"):
-                self.pending += self.inflater.decompress(rest, self.bufsize)
 
 
 class _RawAdapter(io.RawIOBase):
@@ -149,7 +152,9 @@ def _pax_records(data: bytes, url: str, member: str | None) -> dict[str, str]:
         try:
             length = int(data[pos:space])
         except ValueError:
-            raise TarFormatError("malformed pax header", url=url, member=member) from None
+            length = 0
+        if space < 0 or length <= space - pos:  # no length, or one too short to get past its digits
+            raise TarFormatError(f"malformed pax record at byte {pos}", url=url, member=member)
         key, _, value = data[space + 1: pos + length - 1].partition(b"=")
         records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
         pos += length
@@ -229,7 +234,8 @@ def _one_member(window: Window, url: str, previous: str | None,
     size = _octal(header[124:136], url, "size", previous)
     name = header_name(header)
     if override:
-        name, size = override.get("path", name), int(override.get("size", size))
+        name = override.get("path", name)
+        size = _pax_size(override, size, url, name)
     data = window.take(size)
     if len(data) != size:
         raise TarFormatError(f"truncated member: {len(data)} of {size} bytes", url=url, member=name)
@@ -237,6 +243,20 @@ def _one_member(window: Window, url: str, previous: str | None,
     if pad and len(window.take(pad)) < pad:
         raise TarFormatError("truncated member padding", url=url, member=name)
     return name, header[156], data
+
+
+def _pax_size(override: dict[str, str], size: int, url: str, name: str) -> int:
+    """The member size a pax header sets (else `size`); TarFormatError when it is not a whole number."""
+    text = override.get("size")
+    if text is None:
+        return size
+    try:
+        size = int(text)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise TarFormatError(f"bad size {text!r} in pax header", url=url, member=name)
+    return size
 
 
 def group_samples(members: Iterator[tuple[str, bytes]], url: str, handler: Handler | None = None,

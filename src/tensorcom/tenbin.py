@@ -55,11 +55,6 @@ def roundup(n: int, k: int = ALIGN) -> int:
     return k * ((n + k - 1) // k)
 
 
-def decode_error(message: str, index: int | None, unit: str = "chunk") -> DecodeError:
-    """A DecodeError whose text names the index as `(unit index)`."""
-    return DecodeError(message, index, unit)
-
-
 def byte_view(obj: Any, index: int | None = None, unit: str = "chunk") -> memoryview:
     """A flat unsigned-byte memoryview of a buffer-like (bytes, memoryview, ndarray, zmq.Frame)."""
     try:
@@ -67,10 +62,10 @@ def byte_view(obj: Any, index: int | None = None, unit: str = "chunk") -> memory
     except TypeError:
         buffer = getattr(obj, "buffer", None)  # zmq.Frame without the buffer protocol
         if buffer is None:
-            raise decode_error(f"a {type(obj).__name__} is not a buffer", index, unit) from None
+            raise DecodeError(f"a {type(obj).__name__} is not a buffer", index, unit) from None
         view = memoryview(buffer)
     if not view.c_contiguous:
-        raise decode_error("buffer is not C-contiguous", index, unit)
+        raise DecodeError("buffer is not C-contiguous", index, unit)
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
 
@@ -136,22 +131,22 @@ def _decode_header(view: memoryview, index: int, unit: str) -> tuple[np.dtype, s
     """(dtype, info, shape) from a header chunk; DecodeError for anything malformed."""
     size = view.nbytes
     if size < _HEAD.size or size % 8:
-        raise decode_error(f"header of {size} bytes is not 3 + rank int64s", index, unit)
+        raise DecodeError(f"header of {size} bytes is not 3 + rank int64s", index, unit)
     code, info, rank = _HEAD.unpack_from(view)
     dtype = _DECODE.get(code)
     if dtype is None:
-        raise decode_error(f"unknown dtype code {code.rstrip(_NUL)!r}", index, unit)
+        raise DecodeError(f"unknown dtype code {code.rstrip(_NUL)!r}", index, unit)
     if not 0 <= rank <= MAX_RANK:
-        raise decode_error(f"rank {rank} outside 0..{MAX_RANK}", index, unit)
+        raise DecodeError(f"rank {rank} outside 0..{MAX_RANK}", index, unit)
     if size != _HEAD.size + 8 * rank:
-        raise decode_error(f"header of {size} bytes does not match rank {rank}", index, unit)
+        raise DecodeError(f"header of {size} bytes does not match rank {rank}", index, unit)
     shape = _DIMS[rank].unpack_from(view, _HEAD.size)
     if min(shape, default=0) < 0:
-        raise decode_error(f"negative dimension in shape {shape}", index, unit)
+        raise DecodeError(f"negative dimension in shape {shape}", index, unit)
     try:
         label = info.rstrip(_NUL).decode("ascii")
     except UnicodeDecodeError:
-        raise decode_error(f"info {info!r} is not ASCII", index, unit) from None
+        raise DecodeError(f"info {info!r} is not ASCII", index, unit) from None
     return dtype, label, shape
 
 
@@ -164,19 +159,19 @@ def decode_array(header: Any, data: Any, index: int = 0, unit: str = "chunk") ->
     view = byte_view(data, index + 1, unit)
     expected = math.prod(shape) * dtype.itemsize
     if view.nbytes != expected:
-        raise decode_error(f"data of {view.nbytes} bytes, but {dtype} {shape} needs {expected}", index + 1, unit)
+        raise DecodeError(f"data of {view.nbytes} bytes, but {dtype} {shape} needs {expected}", index + 1, unit)
     try:
         array = np.frombuffer(view, dtype=dtype).reshape(shape)
     except ValueError as exc:
-        raise decode_error(f"cannot view data as {dtype} {shape}: {exc}", index + 1, unit) from None
+        raise DecodeError(f"cannot view data as {dtype} {shape}: {exc}", index + 1, unit) from None
     return array, info
 
 
 def decode_arrays(chunks: Sequence[Any], first: int = 0, unit: str = "chunk") -> tuple[list, list]:
     """(arrays, infos) from header/data chunk pairs; errors name `first + position` as the index."""
     if len(chunks) % 2:
-        raise decode_error(f"odd number of {unit}s ({len(chunks)}): headers and data must pair up",
-                           first + len(chunks) - 1, unit)
+        raise DecodeError(f"odd number of {unit}s ({len(chunks)}): headers and data must pair up",
+                          first + len(chunks) - 1, unit)
     arrays, infos = [], []
     for position in range(0, len(chunks), 2):
         array, info = decode_array(chunks[position], chunks[position + 1], first + position, unit)
@@ -195,7 +190,7 @@ def _check_infos(arrays: list, infos: list, wanted: Any) -> Any:
         raise TypeError(f"infos must be a bool or a list of expected labels, not {wanted!r}")
     for index, (expected, actual) in enumerate(zip(wanted, infos)):
         if expected != actual:
-            raise decode_error(f"info {actual!r} where {expected!r} was required", 2 * index)
+            raise DecodeError(f"info {actual!r} where {expected!r} was required", 2 * index)
     return arrays
 
 
@@ -234,12 +229,12 @@ def decode_chunks(buf: Any) -> list[memoryview]:
     while offset < total:
         index = len(chunks)
         if total - offset < 16:
-            raise decode_error(f"truncated chunk prefix at byte {offset}", index)
+            raise DecodeError(f"truncated chunk prefix at byte {offset}", index)
         if view[offset:offset + 8] != MAGIC:
-            raise decode_error(f"wrong magic {bytes(view[offset:offset + 8])!r} at byte {offset}", index)
+            raise DecodeError(f"wrong magic {bytes(view[offset:offset + 8])!r} at byte {offset}", index)
         (length,) = _LENGTH.unpack_from(view, offset + 8)
         if length < 0 or roundup(length) > total - offset - 16:
-            raise decode_error(f"length {length} at byte {offset} runs past the end ({total} bytes)", index)
+            raise DecodeError(f"length {length} at byte {offset} runs past the end ({total} bytes)", index)
         chunks.append(view[offset + 16:offset + 16 + length])
         offset += 16 + roundup(length)
     return chunks
@@ -288,13 +283,13 @@ def _read_exact(stream: BinaryIO, size: int, index: int, what: str) -> bytes | b
     left = _remaining(stream) if size > _READ_BLOCK else None
     if left is not None and hasattr(stream, "readinto"):
         if left < size:
-            raise decode_error(f"stream ends inside {what}: {left} of {size} bytes", index)
+            raise DecodeError(f"stream ends inside {what}: {left} of {size} bytes", index)
         data = bytearray(size)
         view, got = memoryview(data), 0
         while got < size:
             count = stream.readinto(view[got:])
             if not count:
-                raise decode_error(f"stream ends inside {what}: {got} of {size} bytes", index)
+                raise DecodeError(f"stream ends inside {what}: {got} of {size} bytes", index)
             got += count
         return data
     data = stream.read(min(size, _READ_BLOCK))
@@ -315,18 +310,18 @@ def read_chunk(stream: BinaryIO, index: int = 0) -> bytes | bytearray | None:
     if not prefix:
         return None
     if len(prefix) < 16:
-        raise decode_error("stream ends inside a chunk prefix", index)
+        raise DecodeError("stream ends inside a chunk prefix", index)
     if prefix[:8] != MAGIC:
-        raise decode_error(f"wrong magic {bytes(prefix[:8])!r}", index)
+        raise DecodeError(f"wrong magic {bytes(prefix[:8])!r}", index)
     (length,) = _LENGTH.unpack_from(prefix, 8)
     if length < 0:
-        raise decode_error(f"negative chunk length {length}", index)
+        raise DecodeError(f"negative chunk length {length}", index)
     data = _read_exact(stream, length, index, "a chunk") if length else b""
     if len(data) != length:
-        raise decode_error(f"stream ends inside a chunk: {len(data)} of {length} bytes", index)
+        raise DecodeError(f"stream ends inside a chunk: {len(data)} of {length} bytes", index)
     padding = roundup(length) - length
     if padding and len(_read_exact(stream, padding, index, "padding")) != padding:
-        raise decode_error("stream ends inside chunk padding", index)
+        raise DecodeError("stream ends inside chunk padding", index)
     return data
 
 
@@ -345,7 +340,7 @@ def read(stream: BinaryIO, n: int = sys.maxsize, infos: Any = False) -> Any:
             break
         data = read_chunk(stream, len(chunks) + 1)
         if data is None:
-            raise decode_error("stream ends after a header, before its data", len(chunks) + 1)
+            raise DecodeError("stream ends after a header, before its data", len(chunks) + 1)
         chunks += [header, data]
     return decode_list(chunks, infos=infos)
 
@@ -370,17 +365,11 @@ def load(path: str | os.PathLike, infos: Any = False, mmap: bool = False, nochec
             buf = bytearray(size)
             got = stream.readinto(buf)
             if got != size:
-                raise decode_error(f"{path}: read {got} of {size} bytes", None)
+                raise DecodeError(f"{path}: read {got} of {size} bytes", None)
     return decode_buffer(buf, infos=infos)
 
 
-
 # ---------------------------------------------------------------- pyzmq sockets (duck-typed)
-
-
-def _frame_buffer(frame: Any) -> Any:
-    """The zero-copy buffer of a pyzmq Frame (or the object itself when it is already a buffer)."""
-    return getattr(frame, "buffer", frame)
 
 
 def zsend_multipart(socket: Any, arrays: Iterable[Any], infos: Sequence[str] | None = None) -> Any:
@@ -390,8 +379,7 @@ def zsend_multipart(socket: Any, arrays: Iterable[Any], infos: Sequence[str] | N
 
 def zrecv_multipart(socket: Any, infos: Any = False) -> Any:
     """Receive a multipart message; the arrays are views of the received frames."""
-    frames = socket.recv_multipart(copy=False)
-    return decode_list([_frame_buffer(frame) for frame in frames], infos=infos)
+    return decode_list(socket.recv_multipart(copy=False), infos=infos)
 
 
 def zsend_single(socket: Any, arrays: Iterable[Any], infos: Sequence[str] | None = None) -> Any:
@@ -401,5 +389,5 @@ def zsend_single(socket: Any, arrays: Iterable[Any], infos: Sequence[str] | None
 
 def zrecv_single(socket: Any, infos: Any = False) -> Any:
     """Receive a single-part message; the arrays are views of the received frame."""
-    return decode_buffer(_frame_buffer(socket.recv(copy=False)), infos=infos)
+    return decode_buffer(socket.recv(copy=False), infos=infos)
 

@@ -44,6 +44,7 @@ def _make_dataset_class() -> type:
                 self.con.close()
                 self.con = None
 
+    TensorcomDataset.__qualname__ = "TensorcomDataset"  # picklable by name (module __getattr__): spawn workers
     return TensorcomDataset
 
 

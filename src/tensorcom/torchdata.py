@@ -29,7 +29,7 @@ def _wrapper_class() -> type:
             def __len__(self) -> int:
                 return len(self.source)  # TypeError when the source's length is unknown
 
-        IterableWrapper.__module__, IterableWrapper.__qualname__ = __name__, "IterableWrapper"
+        IterableWrapper.__qualname__ = "IterableWrapper"
         _classes["wrapper"] = IterableWrapper  # picklable by name (module __getattr__): spawn workers
     return _classes["wrapper"]
 

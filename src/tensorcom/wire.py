@@ -48,7 +48,7 @@ class Message:
 
 def _frame_error(message: str, index: int | None) -> DecodeError:
     """A DecodeError naming a frame index."""
-    return tenbin.decode_error(message, index, "frame")
+    return DecodeError(message, index, "frame")
 
 
 # ---------------------------------------------------------------- encoding

@@ -36,7 +36,7 @@ class TarWriter:
                  keep_meta: bool = False, **open_options: Any):
         if isinstance(dest, (str, os.PathLike)):
             self.url = os.fspath(dest)
-            self.stream: IO[bytes] | None = gopen(self.url, "wb", **open_options)
+            self.stream: IO[bytes] = gopen(self.url, "wb", **open_options)
             self.own_stream = True
         elif hasattr(dest, "write"):
             self.url, self.stream, self.own_stream = getattr(dest, "name", "<stream>"), dest, False
@@ -111,9 +111,9 @@ class TarWriter:
             if self.gzip is not None:
                 self.gzip.close()
         finally:
-            if self.own_stream and self.stream is not None:
+            if self.own_stream:
                 self.stream.close()
-            elif self.stream is not None:
+            else:
                 self.stream.flush()
 
 

@@ -13,13 +13,13 @@ from typing import Any
 from tensorcom.batchutil import batch_size, listify, transform_with
 from tensorcom.connection import Connection
 from tensorcom.stats import Statistics
-from tensorcom.converters import tonumpy, totorch
+from tensorcom.converters import named_converter, tonumpy, totorch
 from tensorcom.urls import SCHEMES
 
 # 0.1's table: scheme -> (socket type name, binds?)
 schemes = {name: (kind, bind) for name, (kind, bind, _) in SCHEMES.items() if kind is not None}
 
-converter_table = dict(torch=totorch(), torch_cuda=totorch(device="cuda"), numpy=tonumpy())
+converter_table = {name: named_converter(name) for name in ("torch", "torch_cuda", "numpy")}
 
 __all__ = ["Connection", "Statistics", "TensorcomDataset", "batch_size", "converter_table", "listify",
            "schemes", "tonumpy", "totorch", "transform_with"]

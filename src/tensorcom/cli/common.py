@@ -1,15 +1,21 @@
-"""What every command-line tool shares: turning our errors into one stderr line and an exit status."""
+"""What the command-line tools share: turning our errors into one stderr line and an exit status,
+argparse types, and the URL… / --timeout arguments of the receiving tools (tensormon, tensorstat,
+tensorshow)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tensorcom.errors import TensorcomError
 
+if TYPE_CHECKING:
+    from tensorcom.connection import Connection
+
 EXIT_USAGE = 2
+DEFAULT_SOURCE_URL = "zsub://127.0.0.1:7880"
 
 
 def fail(message: str, status: int = EXIT_USAGE) -> None:
@@ -20,8 +26,8 @@ def fail(message: str, status: int = EXIT_USAGE) -> None:
 
 
 def entry_point(main: Callable[..., int | None]) -> Callable[..., int | None]:
-    """Wrap a tool's main: our errors, ValueError and TimeoutError become one line and exit status 2;
-    Ctrl-C exits 130 quietly; a closed stdout pipe (`| head`) exits 0."""
+    """Wrap a tool's main: our errors, ValueError, TimeoutError and OSError become one line and exit
+    status 2; Ctrl-C exits 130 quietly; a closed stdout pipe (`| head`) exits 0."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
@@ -59,3 +65,20 @@ def nonnegative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """URL… (default zsub://127.0.0.1:7880) and --timeout, as every receiving tool takes them."""
+    parser.add_argument("urls", nargs="*", metavar="URL", default=[DEFAULT_SOURCE_URL],
+                        help=f"where to receive from (brace expansion works; default {DEFAULT_SOURCE_URL})")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="give up (exit 2) after S seconds without a batch; default: wait forever")
+
+
+def open_source(args: argparse.Namespace, **kwargs) -> Connection:
+    """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
+    from tensorcom.connection import Connection  # only the receiving tools need ZeroMQ
+
+    if args.timeout is not None and args.timeout <= 0:
+        raise ValueError(f"--timeout must be positive, got {args.timeout}")
+    return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)

@@ -4,7 +4,6 @@
 
 Each line: batches/s, samples/s, MB/s over the interval, the last batch size, the batches known to be
 dropped (lossy PUB/SUB), and the running total. Exits after --count batches (default: never).
-The helpers `add_source_arguments` / `open_source` are shared with tensorstat and tensorshow.
 """
 
 from __future__ import annotations
@@ -14,25 +13,8 @@ import json
 import sys
 import time
 
-from tensorcom.cli.common import entry_point
+from tensorcom.cli.common import add_source_arguments, entry_point, open_source
 from tensorcom.connection import Connection
-
-DEFAULT_URL = "zsub://127.0.0.1:7880"
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """URL… (default zsub://127.0.0.1:7880) and --timeout, as every receiving tool takes them."""
-    parser.add_argument("urls", nargs="*", metavar="URL", default=[DEFAULT_URL],
-                        help=f"where to receive from (brace expansion works; default {DEFAULT_URL})")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="give up (exit 2) after S seconds without a batch; default: wait forever")
-
-
-def open_source(args: argparse.Namespace, **kwargs) -> Connection:
-    """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
-    if args.timeout is not None and args.timeout <= 0:
-        raise ValueError(f"--timeout must be positive, got {args.timeout}")
-    return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)
 
 
 def report_line(window: dict, conn: Connection, as_json: bool) -> str:

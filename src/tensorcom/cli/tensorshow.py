@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.cli.common import entry_point
-from tensorcom.cli.tensormon import add_source_arguments, open_source
+from tensorcom.cli.common import add_source_arguments, entry_point, open_source
 
 TITLE_HEIGHT = 14
 
@@ -72,7 +71,9 @@ def pick(batch: Any, spec: str) -> Any:
 
 
 def render(batch: Any, mode: str, fields: list[str], limit: int) -> Any:
-    """The grid image for one batch."""
+    """A PIL image of at most `limit` images from field `fields[0]` (default: the first field), with
+    imgclass: the labels of field `fields[1]` (default: the second, if any) as titles; img2img: each
+    image beside its output image from field `fields[1]`."""
     names = list(batch) if isinstance(batch, dict) else [str(i) for i in range(len(batch))]
     first = fields[0] if fields else names[0]
     second = fields[1] if len(fields) > 1 else (names[1] if len(names) > 1 else None)

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.cli.common import entry_point
-from tensorcom.cli.tensormon import add_source_arguments, open_source
+from tensorcom.cli.common import add_source_arguments, entry_point, open_source
 
 
 class FieldStats:

@@ -31,9 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         fields = sorted(k for k in sample if not k.startswith("__"))
         raise SampleError(f"sample {sample.get('__key__')!r} has no field {args.field!r} (it has {fields})",
                           url=sample.get("__url__"))
-    value = found[1]
-    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
     out = wlcommon.stdout_binary()
-    out.write(data)
+    out.write(wlcommon.field_bytes(found[1]))
     out.flush()
     return 0

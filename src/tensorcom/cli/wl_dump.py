@@ -43,7 +43,7 @@ def dump(sample: dict, directory: str, fields: list[str] | None) -> list[str]:
             continue
         path = os.path.join(directory, file_name(key, ext))
         with open(path, "wb") as stream:
-            stream.write(value.encode("utf-8") if isinstance(value, str) else value)
+            stream.write(wlcommon.field_bytes(value))
         written.append(path)
     return written
 

@@ -35,17 +35,19 @@ def extract(sample: dict, fields: list[str]) -> dict[str, object]:
     out: dict[str, object] = {}
     for spec in fields:
         found = wlcommon.getfirst(sample, spec)
-        out[spec] = None if found is None else _value(found[0], found[1])
+        out[spec] = None if found is None else _value(sample, *found)
     return out
 
 
-def _value(ext: str, value: object) -> object:
-    """The printable value of one field: decoded when text, ints or JSON; images as "<N bytes>"."""
+def _value(sample: dict, ext: str, value: object) -> object:
+    """The printable value of field `ext` of `sample`: decoded when text, ints or JSON; images as
+    "<N bytes>". A field that does not decode is a SampleError naming the shard, key and field."""
     if ext.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
         return wlcommon.plain(value)
     from tensorcom.shards import decode_sample
 
-    decoded = decode_sample({"__key__": "", ext: bytes(value)}, image=None)[ext]
+    where = {k: sample[k] for k in ("__key__", "__url__") if k in sample}
+    decoded = decode_sample({**where, ext: bytes(value)}, image=None)[ext]
     return wlcommon.plain(decoded)
 
 

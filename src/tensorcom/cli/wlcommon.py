@@ -150,6 +150,11 @@ def raw_size(sample: dict) -> int:
                if not k.startswith("__") and isinstance(v, (bytes, bytearray, memoryview)))
 
 
+def field_bytes(value: Any) -> bytes:
+    """A raw field value (bytes-like, or str such as __key__) as the bytes to write out: str as UTF-8."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
 def writable(sample: dict) -> dict:
     """The sample without reader metadata (__url__ and the like) that does not belong in an output shard."""
     return {k: v for k, v in sample.items() if k not in SAMPLE_NOT_WRITTEN}

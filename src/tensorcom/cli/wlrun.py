@@ -108,7 +108,7 @@ def write_inputs(workdir: str, sample: dict, base: str) -> None:
         if ext.startswith("__"):
             continue
         with open(os.path.join(workdir, f"{base}.{ext}"), "wb") as stream:
-            stream.write(value.encode("utf-8") if isinstance(value, str) else value)
+            stream.write(wlcommon.field_bytes(value))
 
 
 def run_command(command: str, workdir: str, key: str, timeout: float | None) -> str | None:
