@@ -9,7 +9,7 @@ import pytest
 from tensorcom.errors import WorkerError
 from tensorcom.pipeline import Pipeline
 from tensorcom.images import ImageFolderSource
-from tensorcom.sources import FetchSource, IterableSource, PathSource, ShardSource, field_name
+from tensorcom.sources import FetchSource, IterableSource, PathSource, ShardSource, epoch_share, field_name
 
 
 def shares(source, n, epoch=0, seed=0):
@@ -24,6 +24,14 @@ def test_iterable_source_shares_and_epoch_shuffle():
     assert shares(src, 1, epoch=0) == shares(src, 1, epoch=0) != shares(src, 1, epoch=1)
     with pytest.raises(TypeError, match="sequence"):
         IterableSource(iter([1]), shuffle=True)
+
+
+def test_epoch_share_splits_one_permutation():
+    items = list("abcdefg")
+    parts = [list(epoch_share(items, True, 1, 2, i, 3)) for i in range(3)]
+    assert sorted(sum(parts, [])) == items and [len(p) for p in parts] == [3, 2, 2]
+    assert parts == [list(epoch_share(items, True, 1, 2, i, 3)) for i in range(3)]
+    assert list(epoch_share(items, False, 1, 2, 1, 3)) == ["b", "e"]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from tensorcom import stages
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.workers import WorkerPool, parallel_map, prefetching
+from tensorcom.workers import WorkerPool, check_sizes, describe_exit, parallel_map, prefetching
 
 
 def square(x):
@@ -304,3 +304,16 @@ def test_worker_pool_keeps_workers_and_ignores_abandoned_work(processes):
         busy.close()
     finally:
         pool.close()
+
+
+def test_describe_exit_words_each_way_a_process_ends():
+    assert describe_exit(-9) == "was killed by signal 9"
+    assert describe_exit(3) == "exited with status 3"
+    assert describe_exit(None) == "closed its pipe"
+
+
+@pytest.mark.parametrize("workers, buffer", [(0, None), (True, None), (2, 0), (2, 1.5)])
+def test_check_sizes_names_the_bad_value(workers, buffer):
+    with pytest.raises(ValueError, match="workers" if buffer is None else "buffer"):
+        check_sizes(workers, buffer)
+    assert check_sizes(3, None) == 6 and check_sizes(3, 1) == 1

@@ -116,12 +116,9 @@ def render(label: int, size: int, rng: np.random.Generator) -> bytes:
 
 
 def _write_split(base: Path, split: str, per_class: int, names: list[str], size: int,
-                 rng: np.random.Generator) -> list[str]:
-    """Write base/split/<class>/*.jpg and base/shards/split-*.tar; return the shard paths."""
-    try:
-        from tensorcom.shards import ShardWriter
-    except ImportError:  # the facade module not written yet: its implementation
-        from tensorcom.writers import ShardWriter
+                 rng: np.random.Generator) -> None:
+    """Write base/split/<class>/*.jpg and base/shards/split-*.tar (found again by `_dataset`)."""
+    from tensorcom.shards import ShardWriter
 
     order = [f"{c}-{s}" for c, s in zip(COLOURS, SHAPES)]
     samples = []
@@ -138,7 +135,6 @@ def _write_split(base: Path, split: str, per_class: int, names: list[str], size:
         for j in rng.permutation(len(samples)):
             key, data, label = samples[j]
             sink.write({"__key__": key, "jpg": data, "cls": label})
-    return sorted(str(p) for p in (base / "shards").glob(f"{split}-*.tar"))
 
 
 def _brace(paths: list[str]) -> str:

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tensorcom.errors import OpenError
-from tensorcom.sources import Source, epoch_order, field_name, read_bytes, share_length
-from tensorcom.stages import striding
+from tensorcom.sources import Source, epoch_share, field_name, read_bytes, share_length
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 
@@ -155,9 +154,8 @@ class ImageFolderSource(Source):
         return sample
 
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
-        items = self.items()
-        order = epoch_order(len(items), self.shuffle, seed, epoch)
-        return (self._sample(*items[int(i)]) for i in striding(order, worker, num_workers))
+        pairs = epoch_share(self.items(), self.shuffle, seed, epoch, worker, num_workers)
+        return (self._sample(path, label) for path, label in pairs)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
         return share_length(len(self.items()), worker, num_workers)

@@ -51,6 +51,12 @@ def _positive(name: str, value: Any) -> int:
     return value
 
 
+def _non_negative(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 def _callable(name: str, value: Any) -> Callable:
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {type(value).__name__}: {value!r}")
@@ -61,8 +67,7 @@ class Pipeline:
     """A source plus stages; iterate it for one epoch of samples (or batches)."""
 
     def __init__(self, source: Any, *, seed: int = 0):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        _non_negative("seed", seed)
         self.source: Source = source if isinstance(source, Source) else IterableSource(source)
         self.seed = seed
         self.steps: tuple[Step, ...] = ()
@@ -103,8 +108,7 @@ class Pipeline:
         yields results as they finish; `buffer` bounds samples in flight (default 2 × workers).
         `persistent=True` keeps the workers between epochs, until close() or garbage collection."""
         _callable("map function", fn)
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"workers must be a non-negative integer, got {workers!r}")
+        _non_negative("workers", workers)
         if buffer is not None:
             _positive("buffer", buffer)
         if processes and workers == 0:
@@ -156,9 +160,7 @@ class Pipeline:
 
     def take(self, count: int) -> Pipeline:
         """Stop after `count` items (per shard worker)."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"take needs a non-negative integer, got {count!r}")
-        return self._then("take", count=count)
+        return self._then("take", count=_non_negative("take count", count))
 
     def prefetch(self, size: int = 2) -> Pipeline:
         """Compute up to `size` items ahead in a background thread."""
@@ -187,9 +189,7 @@ class Pipeline:
 
     def set_epoch(self, epoch: int) -> Pipeline:
         """Use `epoch` for the next iterations (changes shuffles and rngs); returns self."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self.epoch = epoch
+        self.epoch = _non_negative("epoch", epoch)
         return self
 
     def shard(self, worker: int, num_workers: int) -> Pipeline:
@@ -210,12 +210,10 @@ class Pipeline:
     def _build(self, count: int, epoch: int) -> Iterator[Any]:
         """The generator chain of the first `count` steps for `epoch`."""
         cuts = [i for i in range(count) if self.steps[i].kind in ("repeat", "parallel")]
-        if cuts and self.steps[cuts[-1]].kind == "parallel":
+        if cuts:
             start = cuts[-1] + 1
-            stream = self._parallel(cuts[-1], epoch)
-        elif cuts:
-            start = cuts[-1] + 1
-            stream = self._repeated(cuts[-1], epoch)
+            run = self._parallel if self.steps[cuts[-1]].kind == "parallel" else self._repeated
+            stream = run(cuts[-1], epoch)
         else:
             start = 0
             stream = self.source.iterate(seed=self.seed, epoch=epoch, worker=self.worker, num_workers=self.num_workers)

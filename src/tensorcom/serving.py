@@ -37,7 +37,7 @@ from typing import Any, Callable
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import Pipeline
 from tensorcom.stages import batch_size
-from tensorcom.workers import check_picklable, join_or_kill, watch_parent
+from tensorcom.workers import check_picklable, describe_exit, join_or_kill, watch_parent
 
 PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
 DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages to leave
@@ -244,9 +244,7 @@ class _Supervisor:
                 except queue.Empty:
                     pass
             if index not in self.done:
-                code = proc.exitcode
-                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                raise WorkerDied(f"serving worker {index} (pid {proc.pid}) {how}")
+                raise WorkerDied(f"serving worker {index} (pid {proc.pid}) {describe_exit(proc.exitcode)}")
 
     def stats(self, overall: bool = False) -> dict:
         """Totals, and rates since the last report (since the start when `overall`)."""

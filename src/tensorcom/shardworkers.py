@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterator
 
 from tensorcom import procpipe
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.workers import POLL, check_picklable, join_or_kill, put_unless_stopped, watch_parent
+from tensorcom.workers import (POLL, check_picklable, check_sizes, describe_exit, join_or_kill, put_unless_stopped,
+                               watch_parent)
 
 
 def share_loop(make: Callable, ident: int, count: int, outq: queue.Queue, stop: Any) -> None:
@@ -165,7 +166,7 @@ class _Shares:
                     return procpipe.receive(self.streams[ident])
                 except EOFError:
                     proc.join(timeout=1.0)
-                    raise WorkerDied(f"share worker process {ident} (pid {proc.pid}) {_how(proc.exitcode)}") from None
+                    raise WorkerDied(f"share worker process {ident} (pid {proc.pid}) {describe_exit(proc.exitcode)}") from None
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes alive after ~1 s are terminated, then killed."""
@@ -179,25 +180,13 @@ class _Shares:
         join_or_kill(self.workers, grace=1.0, kill=self.processes)
 
 
-def _how(code: int | None) -> str:
-    if code is None:
-        return "closed its pipe"
-    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-
-
-def _check(workers: int, buffer: int) -> None:
-    for name, value in (("workers", workers), ("buffer", buffer)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value!r}")
-
-
 def shard_parallel(make: Callable[[int, int], Any], *, workers: int, processes: bool = True, buffer: int = 2,
                    init: Callable[[], Any] | None = None) -> Iterator:
     """Yield the items of shares 0..workers-1 of `make(i, workers)`, round-robin, each share computed
     by a thread or (processes=True) a spawned process that starts on the first next(). Each worker
     runs ahead by at most `buffer` items; `init()` runs first in each worker process (not in
     threads). Raises WorkerError / WorkerDied as the module docstring says."""
-    _check(workers, buffer)
+    check_sizes(workers, buffer)
     if processes:
         check_picklable(make, "share function")
         if init is not None:

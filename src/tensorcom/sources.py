@@ -50,6 +50,13 @@ def epoch_order(count: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray 
     return np.random.default_rng([seed, epoch, 0x5EED]).permutation(count)
 
 
+def epoch_share(items: Sequence[Any], shuffle: bool, seed: int, epoch: int, worker: int,
+                num_workers: int) -> Iterator[Any]:
+    """The items of share `worker` of `num_workers` of a sequence, in `epoch_order` for (seed, epoch)."""
+    order = epoch_order(len(items), shuffle, seed, epoch)
+    return (items[int(i)] for i in striding(order, worker, num_workers))
+
+
 class IterableSource(Source):
     """Any iterable that can be iterated once per epoch (lists, ranges, datasets); a one-shot
     iterator (a generator) works for a single epoch. `shuffle=True` needs a sequence."""
@@ -64,8 +71,7 @@ class IterableSource(Source):
 
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
         if self.shuffle:
-            order = epoch_order(len(self.items), True, seed, epoch)
-            return (self.items[int(i)] for i in striding(order, worker, num_workers))
+            return epoch_share(self.items, True, seed, epoch, worker, num_workers)
         return striding(self.items, worker, num_workers)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
@@ -114,11 +120,6 @@ def path_sample(url: str, read: bool) -> dict:
     return sample
 
 
-def fetch_sample(url: str) -> dict:
-    """path_sample(url, read=True); a module-level function so worker processes can take it."""
-    return path_sample(url, True)
-
-
 class PathSource(Source):
     """A list of paths or URLs; each sample is {"__key__": url, "__url__": url, EXT: bytes}.
 
@@ -133,8 +134,7 @@ class PathSource(Source):
         self.shuffle = shuffle
 
     def _urls(self, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[str]:
-        order = epoch_order(len(self.paths), self.shuffle, seed, epoch)
-        return (self.paths[int(i)] for i in striding(order, worker, num_workers))
+        return epoch_share(self.paths, self.shuffle, seed, epoch, worker, num_workers)
 
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
         return (path_sample(url, self.read) for url in self._urls(seed, epoch, worker, num_workers))
@@ -155,11 +155,13 @@ class FetchSource(PathSource):
         self.ordered = ordered
 
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
+        # keyed dicts, so that a failed read's WorkerError names its URL
         urls = ({"__key__": url} for url in self._urls(seed, epoch, worker, num_workers))
         return parallel_map(urls, _fetch_keyed, workers=self.threads, ordered=self.ordered, buffer=2 * self.threads)
 
 
 def _fetch_keyed(sample: dict) -> dict:
-    return fetch_sample(sample["__key__"])
+    """path_sample of the URL under `__key__`, with its bytes read."""
+    return path_sample(sample["__key__"], True)
 
 

@@ -79,7 +79,8 @@ def pooled_features(images: np.ndarray, grid: int = 8, bins: int = 4) -> np.ndar
     flat = images.reshape(n, h * w, c)
     background = np.median(cells.reshape(n, -1, c), axis=1)[:, None, :]  # median of the cell means
     deviation = np.abs(flat - background).sum(axis=2)
-    top = np.argpartition(deviation, -max(1, h * w // 10), axis=1)[:, -max(1, h * w // 10) :]
+    k = max(1, h * w // 10)
+    top = np.argpartition(deviation, -k, axis=1)[:, -k:]
     fore = np.take_along_axis(flat, top[:, :, None], axis=1)  # (N, K, C)
     levels = np.minimum((fore * bins).astype(np.int64), bins - 1)
     if c == 3:
@@ -135,8 +136,7 @@ class NumpyTrainer:
 
     def step(self, images: np.ndarray, labels: np.ndarray) -> float:
         """One Adam step on the batch; returns the mean cross-entropy before the step."""
-        check_batch(images, labels)
-        x = self._features(images)
+        x = self._features(check_batch(images, labels))  # float32 from here: not converted twice
         labels = np.asarray(labels, dtype=np.int64)
         hidden, logits = self._forward(x)
         logits = logits - logits.max(axis=1, keepdims=True)
@@ -173,8 +173,7 @@ class NumpyTrainer:
 
     def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
         """Fraction of `images` whose predicted label equals `labels`."""
-        check_batch(images, labels)
-        return float((self.predict(images) == np.asarray(labels)).mean())
+        return float((self.predict(check_batch(images, labels)) == np.asarray(labels)).mean())
 
 
 def _torch_model(classes: int, channels: int):
@@ -222,8 +221,7 @@ class TorchTrainer:
 
     def step(self, images: np.ndarray, labels: np.ndarray) -> float:
         """One Adam step on the batch; returns the mean cross-entropy before the step."""
-        check_batch(images, labels)
-        x = self._tensor(images)
+        x = self._tensor(check_batch(images, labels))  # float32 from here: not converted twice
         y = self.torch.from_numpy(np.asarray(labels, dtype=np.int64))
         self.model.train()
         loss = self.torch.nn.functional.cross_entropy(self.model(x), y)
@@ -242,5 +240,4 @@ class TorchTrainer:
 
     def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
         """Fraction of `images` whose predicted label equals `labels`."""
-        check_batch(images, labels)
-        return float((self.predict(images) == np.asarray(labels)).mean())
+        return float((self.predict(check_batch(images, labels)) == np.asarray(labels)).mean())

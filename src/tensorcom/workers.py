@@ -189,9 +189,7 @@ class _Workers:
                 if not worker.is_alive():
                     raise WorkerDied(f"map worker thread {ident} ended unexpectedly")
             elif worker.exitcode is not None:
-                code = worker.exitcode
-                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                raise WorkerDied(f"map worker process {ident} (pid {worker.pid}) {how}")
+                raise WorkerDied(f"map worker process {ident} (pid {worker.pid}) {describe_exit(worker.exitcode)}")
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes still alive after ~1 s are terminated, then killed."""
@@ -213,7 +211,7 @@ def _failure(failure: tuple) -> WorkerError:
     return error
 
 
-def _check_sizes(workers: int, buffer: int | None) -> int:
+def check_sizes(workers: int, buffer: int | None) -> int:
     """Validate the worker count and return the buffer size (default 2 × workers)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers!r}")
@@ -229,7 +227,7 @@ class WorkerPool:
     so does garbage collection of the pool, and any failure of a map."""
 
     def __init__(self, fn: Callable, workers: int, processes: bool = False):
-        _check_sizes(workers, None)
+        check_sizes(workers, None)
         if processes:
             check_picklable(fn, "map function")
         self.fn, self.size, self.processes = fn, workers, processes
@@ -240,7 +238,7 @@ class WorkerPool:
     def map(self, source: Iterable, *, ordered: bool = True, buffer: int | None = None,
             rng_key: RngKey | None = None) -> Iterator:
         """Yield fn(sample) for each sample of `source` (see `parallel_map`)."""
-        return self._map(source, ordered, _check_sizes(self.size, buffer), rng_key)
+        return self._map(source, ordered, check_sizes(self.size, buffer), rng_key)
 
     def _map(self, source: Iterable, ordered: bool, buffer: int, rng_key: RngKey | None) -> Iterator:
         if self.busy:
@@ -349,6 +347,13 @@ def join_or_kill(workers: list, grace: float, kill: bool = True) -> None:
             if proc.is_alive():
                 action()
                 proc.join(timeout=1.0)
+
+
+def describe_exit(code: int | None) -> str:
+    """How a process with exit code `code` ended, for WorkerDied messages ("exited with status 1")."""
+    if code is None:
+        return "closed its pipe"
+    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
 
 
 def put_unless_stopped(outq: queue.Queue, message: tuple, stop: Any) -> bool:

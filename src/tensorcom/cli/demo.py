@@ -197,18 +197,12 @@ def evaluate(trainer, test_dir: str, size: int, batch_size: int = 256) -> float:
     folder = ImageFolder(test_dir)
     transform = eval_transform(size, size)
     correct = 0
-    for start in range(0, len(folder.samples), batch_size):
-        chunk = folder.samples[start : start + batch_size]
-        images = np.stack([transform(open_bytes(path)) for path, _ in chunk])
-        labels = np.array([label for _, label in chunk])
+    for start in range(0, len(folder), batch_size):
+        pairs = [folder.read(i) for i in range(start, min(start + batch_size, len(folder)))]
+        images = np.stack([transform(data) for data, _ in pairs])
+        labels = np.array([label for _, label in pairs])
         correct += int((trainer.predict(images) == labels).sum())
-    return correct / max(len(folder.samples), 1)
-
-
-def open_bytes(path: str) -> bytes:
-    """The content of the file at `path`."""
-    with open(path, "rb") as stream:
-        return stream.read()
+    return correct / max(len(folder), 1)
 
 
 def manual_commands(arguments: list[str], port: int) -> str:

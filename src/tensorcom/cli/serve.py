@@ -15,7 +15,6 @@ binding ones (zpub, the default zpub://127.0.0.1:7880) one worker each.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any, Iterator
 
@@ -52,7 +51,8 @@ class FunctionSource(Source):
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
         from tensorcom.serving import load_factory
 
-        items, self.first = (self.first, None) if self.first is not None else (load_factory(self.spec)(), None)
+        items = self.first if self.first is not None else load_factory(self.spec)()
+        self.first = None
         return striding(iter(items), worker, num_workers)
 
 
@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from tensorcom.serving import assign_urls, load_factory, serve
 
     args = build_parser().parse_args(argv)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    load_factory(args.factory)
+    load_factory(args.factory)  # fails early on a bad name; puts the current directory on sys.path
     urls = args.urls or [DEFAULT_URL]
     count = len(assign_urls(urls, args.workers)[0])
     factory: Any = AsPipeline(args.factory)
