@@ -52,6 +52,14 @@ def test_pipe_read_write_and_exit_status(tmp_path):
             f.write(b"x")
 
 
+def test_pipe_command_outliving_its_timeout_is_an_open_error():
+    """The writer's command never exits by itself: close() waits `timeout`, kills it, names it."""
+    with pytest.raises(OpenError, match=r"'cat > /dev/null; sleep 30'.*still running after 0.5 s") as info:
+        with gopen("pipe:cat > /dev/null; sleep 30", "wb", timeout=0.5) as f:
+            f.write(b"x")
+    assert info.value.url == "pipe:cat > /dev/null; sleep 30"
+
+
 def test_pipe_closed_early_is_quiet():
     with gopen("pipe:yes") as f:
         assert len(f.read(100000)) == 100000  # closing kills `yes` without an error

@@ -89,15 +89,27 @@ class PipeStream(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         count = self.pipe.readinto(buffer)
         if not count and len(buffer):
-            self._check(self.proc.wait(timeout=self.timeout))
+            self._check(self._wait())
         return count or 0
 
     def write(self, data: Any) -> int:
         try:
             return self.pipe.write(data)
         except BrokenPipeError as exn:
-            self._check(self.proc.wait(timeout=self.timeout))
+            self._check(self._wait())
             raise OpenError("command closed its input", url=self.url) from exn
+
+    def _wait(self) -> int:
+        """The command's exit status, waiting at most `timeout`; a command still running then is
+        killed and reported as an OpenError naming it."""
+        try:
+            return self.proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.checked = True
+            raise OpenError(f"command {self.cmd!r} still running after {self.timeout} s; killed",
+                            url=self.url) from None
 
     def _check(self, status: int) -> None:
         if self.checked:
@@ -114,7 +126,7 @@ class PipeStream(io.RawIOBase):
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        if self.proc.wait(timeout=self.timeout) in (141, 143, -13, -15):
+        if self._wait() in (141, 143, -13, -15):
             self.checked = True
 
     def close(self) -> None:
@@ -124,7 +136,7 @@ class PipeStream(io.RawIOBase):
             self.pipe.close()
             if self.mode == "rb" and not self.checked:  # the reader stopped before the end of data
                 self._stop_early()
-            self._check(self.proc.wait(timeout=self.timeout))
+            self._check(self._wait())
         finally:
             super().close()
 
