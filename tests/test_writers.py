@@ -66,10 +66,20 @@ def test_bad_samples():
             writer.write({"__key__": "a.b", "txt": "x"})
         with pytest.raises(TypeError):
             writer.write({"__key__": "a", "weird": object()})
+        with pytest.raises(ValueError, match="'k9' has ''"):
+            writer.write({"__key__": "k9", "": b"x"})
     with pytest.raises(TypeError):
         TarWriter(42)
     with pytest.raises(TypeError, match="encode=False"):
         write_bytes([{"__key__": "a", "cls": 1}], encode=False)
+
+
+def test_shard_writer_counts_only_written_samples(tmp_path):
+    with ShardWriter(str(tmp_path / "c-%03d.tar"), maxcount=10) as sink:
+        sink.write({"__key__": "a", "txt": "ok"})
+        with pytest.raises(TypeError):
+            sink.write({"__key__": "b", "weird": object()})
+        assert sink.total == 1
 
 
 def test_shard_writer_maxcount_maxsize_and_post(tmp_path):

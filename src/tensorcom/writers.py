@@ -44,8 +44,13 @@ class TarWriter:
             raise TypeError(f"dest must be a path, URL or binary file object, not {type(dest).__name__}")
         if compress is None:
             compress = str(self.url).endswith(_GZ_SUFFIXES)
-        self.gzip = gzip.GzipFile(filename="", fileobj=self.stream, mode="wb", mtime=0) if compress else None
-        self.tar = tarfile.open(fileobj=self.gzip or self.stream, mode="w|", format=tarfile.PAX_FORMAT)
+        try:
+            self.gzip = gzip.GzipFile(filename="", fileobj=self.stream, mode="wb", mtime=0) if compress else None
+            self.tar = tarfile.open(fileobj=self.gzip or self.stream, mode="w|", format=tarfile.PAX_FORMAT)
+        except BaseException:
+            if self.own_stream:  # a pipe: or fsspec stream opened above must not be left behind
+                self.stream.close()
+            raise
         self.encode, self.allow_pickle, self.keep_meta = encode, allow_pickle, keep_meta
         self.template = dict(mtime=int(mtime), uname=user, gname=group, mode=mode, uid=0, gid=0)
         self.count = 0
@@ -67,7 +72,9 @@ class TarWriter:
             raise ValueError(f"'__key__' {key!r} has a dot in its last component: readers would split it")
         fields = []
         for name in sorted(sample):
-            if name == "__key__" or (name[0] == "_" and not self.keep_meta):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"field names are non-empty str; sample {key!r} has {name!r}")
+            if name == "__key__" or (name.startswith("_") and not self.keep_meta):
                 continue
             value = sample[name]
             if self.encode:
@@ -163,8 +170,9 @@ class ShardWriter:
         writer = self.writer
         if writer is None or writer.count >= self.maxcount or writer.size >= self.maxsize:
             writer = self._next_writer()
+        size = writer.write(sample)
         self.total += 1
-        return writer.write(sample)
+        return size
 
     def _finish(self) -> None:
         if self.writer is not None:
