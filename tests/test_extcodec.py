@@ -123,3 +123,9 @@ def test_agrees_with_webdataset_decoder():
     for name in ("npy", "png", "seg.png"):
         np.testing.assert_array_equal(ours[name], theirs[name])
     assert np.abs(ours["jpg"].astype(int) - theirs["jpg"]).max() <= 2
+
+
+def test_memoryview_fields_decode_like_bytes():
+    sample = {"__key__": "k", "cls": memoryview(b"7"), "json": memoryview(b'{"a": 1}'),
+              "txt": memoryview(b"hi")}
+    assert decode_sample(sample) == {"__key__": "k", "cls": 7, "json": {"a": 1}, "txt": "hi"}

@@ -168,6 +168,8 @@ def decode_field(ext: str, data: bytes, image: str | None = "rgb8", allow_pickle
     Unknown extensions stay bytes. Errors propagate (decode_sample adds the context).
     """
     ext = ext.lower()
+    if isinstance(data, memoryview):  # int(), json and msgpack take bytes, not views
+        data = data.tobytes()
     if ext.endswith(".gz"):
         data, ext = gzip.decompress(data), ext[:-3]
     last = ext.rsplit(".", 1)[-1]
