@@ -41,6 +41,7 @@ DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory 
 SEND_LINGER = 10.0  # seconds close() waits for queued outgoing messages on a sending socket
 MAX_HELD_MESSAGES = 100  # next-epoch messages kept back while other senders finish (see _next_message)
 MAX_HELD_BYTES = 1 << 30
+EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -328,17 +329,25 @@ class Connection:
                 return message
             self._held.append(message)
 
-    def recv(self) -> Any:
-        """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
-        when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
+    def _next_batch(self) -> Any:
+        """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the
+        epoch; markers that do not complete it are recorded and skipped."""
         while True:
             message = self._next_message()
             if self.raw:
                 return message
-            if message.kind == "end_of_epoch":
-                self._note_marker(message)
-                continue
-            return self._accept(message)
+            if message.kind != "end_of_epoch":
+                return self._accept(message)
+            if self._note_marker(message):
+                return EPOCH_END
+
+    def recv(self) -> Any:
+        """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
+        when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
+        batch = self._next_batch()
+        while batch is EPOCH_END:
+            batch = self._next_batch()
+        return batch
 
     def items(self, report: int | None = None) -> Iterator[Any]:
         """Iterate over the batches of one epoch (see the module docstring for when it ends).
@@ -348,12 +357,9 @@ class Connection:
         while yielded < self.epoch:
             if 0 < self.total <= self.count:
                 return
-            message = self._next_message()
-            if not self.raw and message.kind == "end_of_epoch":
-                if self._note_marker(message):
-                    return
-                continue
-            batch = message if self.raw else self._accept(message)
+            batch = self._next_batch()
+            if batch is EPOCH_END:
+                return
             yielded += 1
             if report > 0 and self.count >= next_report:
                 print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
