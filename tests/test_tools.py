@@ -92,3 +92,12 @@ def test_bad_url_and_unreachable_server_exit_2(name, free_port, tmp_path):
     out = run(name, f"zsub://127.0.0.1:{free_port()}", "--timeout", "0.3", *extra)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "nothing received within 0.3 s" in out.stderr
+
+
+@pytest.mark.parametrize("name", ["tensormon", "tensorstat", "tensorshow"])
+@pytest.mark.parametrize("option,value", [("--count", "0"), ("--timeout", "-1")])
+def test_bad_option_values_are_one_line_and_exit_2(name, option, value, tmp_path):
+    extra = ["-o", str(tmp_path / "x.png")] if name == "tensorshow" else []
+    out = run(name, option, value, *extra)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert option in out.stderr and value in out.stderr

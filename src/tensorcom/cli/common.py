@@ -59,6 +59,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def fraction(text: str) -> float:
+    """argparse type: a float in (0, 1]."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse type: a positive number of seconds."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def nonnegative_int(text: str) -> int:
     """argparse type: an int >= 0."""
     value = int(text)
@@ -71,7 +87,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """URL… (default zsub://127.0.0.1:7880) and --timeout, as every receiving tool takes them."""
     parser.add_argument("urls", nargs="*", metavar="URL", default=[DEFAULT_SOURCE_URL],
                         help=f"where to receive from (brace expansion works; default {DEFAULT_SOURCE_URL})")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--timeout", type=seconds, default=None, metavar="S",
                         help="give up (exit 2) after S seconds without a batch; default: wait forever")
 
 
@@ -79,6 +95,4 @@ def open_source(args: argparse.Namespace, **kwargs) -> Connection:
     """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
     from tensorcom.connection import Connection  # only the receiving tools need ZeroMQ
 
-    if args.timeout is not None and args.timeout <= 0:
-        raise ValueError(f"--timeout must be positive, got {args.timeout}")
     return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)

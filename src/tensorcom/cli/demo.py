@@ -26,8 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
-from tensorcom.cli.common import Parser, entry_point, nonnegative_int, positive_int
-from tensorcom.cli.serve_imagenet import fraction
+from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int, seconds
 
 MIN_SCALE = 0.35  # crops keep at least 35% of the image, so the shape stays in view
 
@@ -45,14 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-accuracy", type=fraction, default=0.9, help="accuracy needed to succeed (default 0.9)")
     parser.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for a batch (default 60)")
     return parser
-
-
-def seconds(text: str) -> float:
-    """argparse type: a positive number of seconds."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
 
 
 def with_progress(batches: Iterator, label: str) -> Iterator:

@@ -34,17 +34,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tensorcom.cli.common import Parser, entry_point, nonnegative_int, positive_int
+from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int
 
 DEFAULT_URL = "zpub://127.0.0.1:7880"
-
-
-def fraction(text: str) -> float:
-    """argparse type: a float in (0, 1]."""
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {text}")
-    return value
 
 
 def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:

@@ -8,12 +8,11 @@ dropped (lossy PUB/SUB), and the running total. Exits after --count batches (def
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
-from tensorcom.cli.common import add_source_arguments, entry_point, open_source
+from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int, seconds
 from tensorcom.connection import Connection
 
 
@@ -52,17 +51,13 @@ def monitor(conn: Connection, count: int | None, every: float, as_json: bool) ->
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, monitor the URLs, exit 0 after --count batches."""
-    parser = argparse.ArgumentParser(prog="tensormon", description=__doc__.splitlines()[0])
+    parser = Parser(prog="tensormon", description=__doc__.splitlines()[0])
     add_source_arguments(parser)
-    parser.add_argument("--count", type=int, default=None, metavar="N", help="exit after N batches")
-    parser.add_argument("--report", type=float, default=1.0, metavar="SECONDS",
+    parser.add_argument("--count", type=positive_int, default=None, metavar="N", help="exit after N batches")
+    parser.add_argument("--report", type=seconds, default=1.0, metavar="SECONDS",
                         help="seconds between report lines (default 1)")
     parser.add_argument("--json", action="store_true", help="print each report as a JSON object")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.count is not None and args.count < 1:
-        raise ValueError(f"--count must be at least 1, got {args.count}")
-    if args.report <= 0:
-        raise ValueError(f"--report must be positive, got {args.report}")
     with open_source(args) as conn:
         monitor(conn, args.count, args.report, args.json)
     return 0

@@ -10,14 +10,13 @@ range). Needs Pillow, no display.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import Any
 
 import numpy as np
 
-from tensorcom.cli.common import add_source_arguments, entry_point, open_source
+from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int
 
 TITLE_HEIGHT = 14
 
@@ -93,15 +92,13 @@ def render(batch: Any, mode: str, fields: list[str], limit: int) -> Any:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, receive one batch, write the grid to -o, exit 0."""
-    parser = argparse.ArgumentParser(prog="tensorshow", description=__doc__.splitlines()[0])
+    parser = Parser(prog="tensorshow", description=__doc__.splitlines()[0])
     add_source_arguments(parser)
     parser.add_argument("-o", "--output", required=True, help="PNG (or any Pillow format) to write")
     parser.add_argument("--mode", choices=("imgclass", "img2img"), default="imgclass")
     parser.add_argument("--fields", default="", help="comma-separated field indices or keys (default: first two)")
-    parser.add_argument("--count", type=int, default=64, metavar="N", help="show at most N images (default 64)")
+    parser.add_argument("--count", type=positive_int, default=64, metavar="N", help="show at most N images (default 64)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.count < 1:
-        raise ValueError(f"--count must be at least 1, got {args.count}")
     with open_source(args) as conn:
         batch = conn.recv()
     image = render(batch, args.mode, [f for f in args.fields.split(",") if f], args.count)

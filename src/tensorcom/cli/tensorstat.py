@@ -9,13 +9,12 @@ listed with their Python type.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
 import numpy as np
 
-from tensorcom.cli.common import add_source_arguments, entry_point, open_source
+from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int
 
 
 class FieldStats:
@@ -75,12 +74,10 @@ def collect(conn: Any, count: int) -> dict:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, gather statistics over --count batches, print them, exit 0."""
-    parser = argparse.ArgumentParser(prog="tensorstat", description=__doc__.splitlines()[0])
+    parser = Parser(prog="tensorstat", description=__doc__.splitlines()[0])
     add_source_arguments(parser)
-    parser.add_argument("--count", type=int, default=10, metavar="N", help="batches to look at (default 10)")
+    parser.add_argument("--count", type=positive_int, default=10, metavar="N", help="batches to look at (default 10)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.count < 1:
-        raise ValueError(f"--count must be at least 1, got {args.count}")
     with open_source(args) as conn:
         fields = collect(conn, args.count)
     print(f"{args.count} batches")
