@@ -45,6 +45,21 @@ def ipc_path():
     os.rmdir(tmp)
 
 
+@pytest.fixture
+def inproc_pair():
+    """(sender, receiver): two connected ZeroMQ PAIR sockets over inproc, 5 s timeouts, closed after."""
+    zmq = pytest.importorskip("zmq")
+    context = zmq.Context()
+    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    receiver.rcvtimeo = sender.sndtimeo = 5000
+    receiver.bind("inproc://pair")
+    sender.connect("inproc://pair")
+    yield sender, receiver
+    sender.close(linger=0)
+    receiver.close(linger=0)
+    context.term()
+
+
 class ProcessGroup:
     """Starts multiprocessing.Process objects (spawn) and kills every survivor on close."""
 

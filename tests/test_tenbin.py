@@ -255,26 +255,16 @@ def test_save_load_and_mmap(tmp_path):
 
 
 @pytest.mark.net
-def test_zmq_send_and_receive_through_real_sockets():
-    zmq = pytest.importorskip("zmq")
-    context = zmq.Context()
-    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
-    try:
-        receiver.rcvtimeo = sender.sndtimeo = 5000
-        receiver.bind("inproc://tenbin-test")
-        sender.connect("inproc://tenbin-test")
-        arrays = [np.arange(10**5, dtype="f4"), np.array([1, 2], "u4")]
-        tenbin.zsend_multipart(sender, arrays, infos=["a", "b"])
-        got, infos = tenbin.zrecv_multipart(receiver, infos=True)
-        assert infos == ["a", "b"] and all(same(x, y) for x, y in zip(got, arrays))
-        assert not got[0].flags.owndata  # a view of the received frame
-        tenbin.zsend_single(sender, arrays)
-        got = tenbin.zrecv_single(receiver)
-        assert all(same(x, y) for x, y in zip(got, arrays)) and not got[0].flags.owndata
-    finally:
-        sender.close(linger=0)
-        receiver.close(linger=0)
-        context.term()
+def test_zmq_send_and_receive_through_real_sockets(inproc_pair):
+    sender, receiver = inproc_pair
+    arrays = [np.arange(10**5, dtype="f4"), np.array([1, 2], "u4")]
+    tenbin.zsend_multipart(sender, arrays, infos=["a", "b"])
+    got, infos = tenbin.zrecv_multipart(receiver, infos=True)
+    assert infos == ["a", "b"] and all(same(x, y) for x, y in zip(got, arrays))
+    assert not got[0].flags.owndata  # a view of the received frame
+    tenbin.zsend_single(sender, arrays)
+    got = tenbin.zrecv_single(receiver)
+    assert all(same(x, y) for x, y in zip(got, arrays)) and not got[0].flags.owndata
 
 
 # ---------------------------------------------------------------- properties

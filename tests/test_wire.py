@@ -230,24 +230,14 @@ def test_deeply_nested_tuples():
 
 
 @pytest.mark.net
-def test_zmq_frames_decode_zero_copy():
-    zmq = pytest.importorskip("zmq")
-    context = zmq.Context()
-    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
-    try:
-        receiver.rcvtimeo = sender.sndtimeo = 5000
-        receiver.bind("inproc://wire-test")
-        sender.connect("inproc://wire-test")
-        batch = {"x": np.arange(10**5, dtype="f4"), "k": ["a"]}
-        sender.send_multipart(wire.encode_batch(batch, seq=5), copy=False)
-        message = wire.decode_message(receiver.recv_multipart(copy=False))
-        assert same(message.batch, batch) and message.seq == 5
-        sender.send(wire.frames_to_buffer(wire.encode_end_of_epoch(seq=6, epoch=0)), copy=False)
-        assert wire.decode_message(receiver.recv(copy=False)).kind == "end_of_epoch"
-    finally:
-        sender.close(linger=0)
-        receiver.close(linger=0)
-        context.term()
+def test_zmq_frames_decode_zero_copy(inproc_pair):
+    sender, receiver = inproc_pair
+    batch = {"x": np.arange(10**5, dtype="f4"), "k": ["a"]}
+    sender.send_multipart(wire.encode_batch(batch, seq=5), copy=False)
+    message = wire.decode_message(receiver.recv_multipart(copy=False))
+    assert same(message.batch, batch) and message.seq == 5
+    sender.send(wire.frames_to_buffer(wire.encode_end_of_epoch(seq=6, epoch=0)), copy=False)
+    assert wire.decode_message(receiver.recv(copy=False)).kind == "end_of_epoch"
 
 
 # ---------------------------------------------------------------- properties
