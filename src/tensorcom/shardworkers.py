@@ -62,6 +62,7 @@ def share_loop(make: Callable, ident: int, count: int, outq: queue.Queue, stop: 
 def sender_loop(outq: queue.Queue, sender: procpipe.PipeSender, ident: int, stop: Any) -> None:
     """Thread body in a worker process: write each message of `outq` to the parent's pipe until "end"
     or "error" has gone; an item that cannot be pickled is sent as that worker's error instead."""
+    sent = 0
     while not stop.is_set():
         try:
             message = outq.get(timeout=POLL)
@@ -69,10 +70,12 @@ def sender_loop(outq: queue.Queue, sender: procpipe.PipeSender, ident: int, stop
             continue
         try:
             sender.put(message)
+            sent += 1
         except BrokenPipeError:
             return  # the parent has gone or closed its end
         except Exception as exc:
-            sender.put(("error", (ident, f"cannot send an item to the parent: {exc!r}", traceback.format_exc(), None)))
+            what = f"cannot send item {sent} of share {ident} to the parent: {exc!r}"
+            sender.put(("error", (ident, what, traceback.format_exc(), None)))
             stop.set()  # this process's own stop (see process_main): the other workers go on until closed
             return
         if message[0] != "item":
