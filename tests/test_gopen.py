@@ -132,3 +132,10 @@ def test_fsspec_memory_protocol():
     assert gopen("memory://tc/gopen.bin").read() == b"in memory"
     with pytest.raises(OpenError, match="memory://tc/none"):
         gopen("memory://tc/none.bin")
+
+
+@pytest.mark.parametrize("url,mode", [("pipe:cat", "ab"), ("http://127.0.0.1:1/x.tar", "wb"),
+                                      ("memory://bucket/x.tar", "ab")])
+def test_unsupported_modes_name_the_url(url, mode):
+    with pytest.raises(ValueError, match=rf"mode '{mode}' is not supported for '{url}'"):
+        gopen(url, mode)

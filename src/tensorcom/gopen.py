@@ -236,7 +236,9 @@ def open_fsspec(url: str, mode: str, bufsize: int = DEFAULT_BUFSIZE, **options: 
     """Any fsspec protocol (s3://, gs://, memory://, ...); `options` go to the filesystem.
 
     For s3:// an endpoint (moto, MinIO, ...) comes from `endpoint_url=` or settings.s3_endpoint_url().
+    `bufsize` is not used: the filesystem buffers itself (pass its `block_size=` option to change it).
     """
+    _check_mode(url, mode, ("rb", "wb"))
     try:
         import fsspec
     except ImportError as exn:
