@@ -215,6 +215,14 @@ def test_other_checksum_and_size_encodings():
         assert members_of(changed) == [("a.txt", b"hello")], (size_field, checksum_format)
 
 
+def test_negative_base256_size_is_a_format_error():
+    data = make_tar([("a.txt", b"hello")], fmt=tarfile.GNU_FORMAT)
+    negative = b"\xff" * 11 + b"\xfb"  # -5 in GNU base-256
+    changed = rewrite_header(data[:512], negative) + data[512:]
+    with pytest.raises(TarFormatError, match="negative size field"):
+        members_of(changed)
+
+
 def test_members_across_window_edges_and_streams_without_readinto():
     members = [(f"s{i:03d}.{ext}", bytes([i]) * (i * 37 % 1500)) for i in range(60) for ext in ("a", "b")]
     data = make_tar(members, fmt=tarfile.USTAR_FORMAT)

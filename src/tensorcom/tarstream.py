@@ -125,8 +125,11 @@ def open_shard(url: str, bufsize: int = DEFAULT_BUFSIZE, **open_options: Any) ->
 
 
 def _octal(field: bytes, url: str, what: str, member: str | None) -> int:
-    if field[0] & 0x80:  # GNU base-256 for large values
-        return int.from_bytes(field[1:], "big")
+    if field[0] & 0x80:  # GNU base-256: two's complement over the field, 0x80 marking a positive value
+        value = int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+        if field[0] & 0x40:  # 0xFF...: negative, no valid size or checksum
+            raise TarFormatError(f"negative {what} field {field!r} in tar header", url=url, member=member)
+        return value
     try:
         return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
     except ValueError:

@@ -137,7 +137,7 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
         slots = [0] * len(order)
         for slot, k in enumerate(order):
             slots[k] = slot
-        head = MAGIC + _Packer(slots).pack(meta)
+        head = MAGIC + _Packer(slots).pack(meta)  # a second C pack (~4 µs) beats a Python pre-walk
         arrays = [arrays[k] for k in order]
     return [head, *tenbin.encode_list(arrays, infos=infos)]
 
