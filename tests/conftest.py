@@ -133,7 +133,7 @@ def popen():
 @pytest.fixture(scope="session")
 def http_server(tmp_path_factory):
     """A threaded HTTP server on 127.0.0.1 for a fresh directory: `.root` (Path) to put files in,
-    `.url` (base URL), `.requests` (count per path); test routes /status/N/, /flaky/N/, /drop/."""
+    `.url` (base URL), `.requests` (count per path); test routes /status/N/, /flaky/N/, /drop/, /cut/N/."""
     from servers import FileServer
 
     server = FileServer(tmp_path_factory.mktemp("http-root"))

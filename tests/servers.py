@@ -3,6 +3,7 @@
 FileServer: a threaded HTTP server for one directory, with test routes
     /status/NNN/...     answers status NNN
     /flaky/N/PATH       answers 503 to the first N requests for PATH, then serves it
+    /cut/N/PATH         every request sends the first N bytes of the body (announcing it whole) and closes
     /drop/PATH          the first request for PATH sends half the body and closes the connection;
                         Range requests are honoured, so a client can resume
 start_moto(...): moto's standalone S3 server (`python -m moto.server`) as a subprocess.
@@ -38,13 +39,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if self.server.requests[self.path] <= int(parts[1]):
                 return self._reply(503, b"try again\n")
             parts = parts[2:]
+        cut = int(parts[1]) if parts[0] == "cut" else None  # /cut/N/: only N bytes, on every request
+        if cut is not None:
+            parts = parts[2:]
         drop = parts[0] == "drop" and self.server.requests[self.path] == 1
         if parts[0] == "drop":
             parts = parts[1:]
         path = Path(self.server.root, *parts)
         if not path.is_file():
             return self._reply(404, b"not found\n")
-        self._send_file(path.read_bytes(), drop)
+        self._send_file(path.read_bytes(), drop, cut)
 
     def _reply(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -52,7 +56,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_file(self, data: bytes, drop: bool) -> None:
+    def _send_file(self, data: bytes, drop: bool, cut: int | None = None) -> None:
         start = 0
         ranged = self.headers.get("Range", "")
         if ranged.startswith("bytes=") and ranged.endswith("-"):
@@ -64,8 +68,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = data[start:]
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if drop:
-            self.wfile.write(body[: len(body) // 2])
+        if drop or cut is not None:
+            self.wfile.write(body[: len(body) // 2 if cut is None else max(0, cut - start)])
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)

@@ -191,10 +191,16 @@ def test_handler_keeps_good_samples_and_counts_bad_shard(tmp_path):
     assert counts.shards == 2
 
 
-def test_end_of_data_without_end_blocks_is_accepted():
+def test_end_of_data_without_end_blocks_is_an_error_unless_accepted():
     data = make_tar([("a.txt", b"A")])
-    assert members_of(data[:1024]) == [("a.txt", b"A")]
-    assert members_of(b"") == []
+    with pytest.raises(TarFormatError, match="truncated tar archive.*after member 'a.txt'") as info:
+        members_of(data[:1024])
+    assert (info.value.url, info.value.member) == ("mem.tar", "a.txt")
+    with pytest.raises(TarFormatError, match="empty or truncated"):
+        members_of(b"")
+    assert list(tar_members(buffered(io.BytesIO(data[:1024]), "m"), "m", require_end_blocks=False)) == [
+        ("a.txt", b"A")]
+    assert list(tar_members(buffered(io.BytesIO(b""), "m"), "m", require_end_blocks=False)) == []
 
 
 def rewrite_header(header: bytes, size_field: bytes | None = None, checksum_format: str = "%06o\0 ") -> bytes:
@@ -315,6 +321,47 @@ def yield_all(iterator, items):
             items.append(next(iterator))
         except StopIteration as stop:
             return stop.value
+
+
+def make_pax_tar(members, fmt: int, mtime: float) -> bytes:
+    """`members` (name, bytes) in format `fmt` with a float mtime (a pax header per member in pax
+    format, as WebDataset writes), then a pax global header's worth of records when `fmt` is pax."""
+    out = io.BytesIO()
+    globals_ = {"comment": "written by a test"} if fmt == tarfile.PAX_FORMAT else None
+    with tarfile.open(fileobj=out, mode="w", format=fmt, pax_headers=globals_) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), mtime
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.text("abé_-./", min_size=1, max_size=160).filter(
+    lambda s: not s.startswith("/") and not s.endswith("/") and "//" not in s), st.binary(max_size=1500)),
+    min_size=1, max_size=6),
+       st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]), st.sampled_from([0, 1.5]),
+       st.integers(0, 9000), st.integers(0, 9000), st.integers(0, 255))
+def test_c_and_python_scanners_agree_on_pax_and_gnu_headers(members, fmt, mtime, end, where, value):
+    """Pax (per-member and global) and GNU long-name headers: the scanners take the same members as
+    tarfile reads whole, and agree with each other on any prefix with one byte overwritten."""
+    buf = bytearray(make_pax_tar(members, fmt, mtime))
+    expected = [m for m in tarfile_members(bytes(buf)) if not re.match(r"__[^/]*__($|/)", m[0])]
+    items: list = []
+    yield_all(tarscan.scanner()(buf, 0, len(buf)), items)
+    assert [(name, data) for name, _, _, data in items] == expected
+    if tarscan.scan_c is None:
+        return
+    end = min(end, len(buf))
+    if where < len(buf):
+        buf[where] = value
+
+    def run(scan):
+        taken: list = []
+        state = yield_all(scan(buf, 0, end), taken)
+        return taken, state
+
+    assert run(tarscan.scan_c) == run(tarscan.scan_python)
 
 
 def test_signed_checksum_and_scan_arguments():

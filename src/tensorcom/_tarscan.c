@@ -3,13 +3,16 @@
  *     scan(buf, pos, end) -> iterator of (name: str, key: str | None, extension: str | None, data: bytes)
  *
  * Walks tar headers in the buffer `buf` from offset `pos`, taking every member that lies wholly in
- * buf[pos:end] and has an ordinary header: exact unsigned checksum, plain octal size, a type other
- * than 'K', 'L', 'g', 'x'. It yields the regular, non-__meta__ members (type 0, '0', '7'), each with
- * its key and lower-cased extension as tarstream.split_name makes them (None, None without one), and
- * skips the others (directories, links, ...). At the first header it does not take (bad or unusual data, a
- * member crossing `end`, the end-of-archive block) it stops; the iterator's return value (the value
- * of its StopIteration, which `yield from` hands back) is (offset of that header, name of the last
- * member taken or None). It never raises on bad data: the Python parser takes over where it stops.
+ * buf[pos:end], together with the pax extended ('x'), pax global ('g') and GNU long-name ('L', 'K')
+ * headers before it: exact unsigned checksum, plain octal size, pax records in their strict form
+ * ("LENGTH KEY=VALUE\n"; `path` and `size` are applied, other keys ignored). It yields the regular,
+ * non-__meta__ members (type 0, '0', '7'), each with its key and lower-cased extension as
+ * tarstream.split_name makes them (None, None without one), and skips the others (directories,
+ * links, ...). At the first member it does not take (bad or unusual data, a member crossing `end`,
+ * the end-of-archive block) it stops; the iterator's return value (the value of its StopIteration,
+ * which `yield from` hands back) is (offset of the first header of that member, its pax / GNU headers
+ * included; name of the last member taken or None). It never raises on bad data: the Python parser
+ * takes over where it stops.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -80,9 +83,9 @@ static PyObject *decode(const char *text, Py_ssize_t length) {
 
 /* (key, extension) as tarstream.split_name makes them: key up to the first dot of the basename, the
  * extension the rest, lower-cased; (None, None) when the basename has no dot or starts with one. */
-static int split_name(char *name, Py_ssize_t length, PyObject **key, PyObject **ext) {
+static int split_name(const char *name, Py_ssize_t length, PyObject **key, PyObject **ext) {
     Py_ssize_t slash = length - 1, dot, i;
-    int ascii = 1;
+    int plain = 1;  /* the extension is already lower-case ASCII */
     while (slash >= 0 && name[slash] != '/') slash--;
     for (dot = slash + 1; dot < length && name[dot] != '.'; dot++) {}
     if (dot >= length || dot == slash + 1) {
@@ -91,44 +94,31 @@ static int split_name(char *name, Py_ssize_t length, PyObject **key, PyObject **
         return 0;
     }
     for (i = dot + 1; i < length; i++) {
-        if ((unsigned char)name[i] >= 0x80) ascii = 0;
-        else if (name[i] >= 'A' && name[i] <= 'Z') name[i] += 'a' - 'A';
+        unsigned char c = (unsigned char)name[i];
+        if (c >= 0x80 || (c >= 'A' && c <= 'Z')) plain = 0;
     }
     *key = decode(name, dot);
     if (!*key) return -1;
     *ext = decode(name + dot + 1, length - dot - 1);
-    if (*ext && !ascii) Py_SETREF(*ext, PyObject_CallMethod(*ext, "lower", NULL));
+    if (*ext && !plain) Py_SETREF(*ext, PyObject_CallMethod(*ext, "lower", NULL));
     if (!*ext) { Py_CLEAR(*key); return -1; }
     return 0;
 }
 
-static int meta_component(const unsigned char *name, Py_ssize_t first) {
+static int meta_component(const char *name, Py_ssize_t first) {
     return first >= 4 && name[0] == '_' && name[1] == '_' && name[first - 1] == '_' && name[first - 2] == '_';
 }
 
 /* Whether the name matches re.match(r"__[^/]*__($|/)"): its first path component is __something__
  * (a metadata member); like `$`, a final newline after the last component is allowed. */
-static int is_meta(const unsigned char *header) {
-    const unsigned char *name = header, *slash;
-    Py_ssize_t length = field_length(header, 100), first;
-    int whole = 1;  /* the first component is the whole name */
-    if (header[345] && memcmp(header + 257, "ustar\0" "00", 8) == 0) {
-        name = header + 345;
-        length = field_length(name, 155);
-        whole = 0;  /* a slash and the name field follow the prefix */
-    }
+static int is_meta(const char *name, Py_ssize_t length) {
+    const char *slash;
     if (length < 4 || name[0] != '_' || name[1] != '_')
         return 0;
     slash = memchr(name, '/', length);
-    if (slash) {
-        first = slash - name;
-        whole = 0;
-    } else {
-        first = length;
-    }
-    if (meta_component(name, first))
-        return 1;
-    return whole && name[first - 1] == '\n' && meta_component(name, first - 1);
+    if (slash)
+        return meta_component(name, slash - name);
+    return meta_component(name, length) || (name[length - 1] == '\n' && meta_component(name, length - 1));
 }
 
 static PyObject *stop_with_state(ScanObject *self) {
@@ -144,41 +134,124 @@ static PyObject *stop_with_state(ScanObject *self) {
     return NULL;
 }
 
+/* The path and size a member's pax / GNU long-name headers set (path NULL, size -1 when unset). */
+typedef struct {
+    const char *path;
+    Py_ssize_t path_length;
+    long long size;
+} Overrides;
+
+/* Apply the strict-form pax records data[0:length] to `o`. Returns 0, or -1 when a record is not
+ * "LENGTH KEY=VALUE\n" or a size is not 1-18 decimal digits (the careful parser then decides). */
+static int pax_overrides(const char *data, Py_ssize_t length, Overrides *o) {
+    Py_ssize_t pos = 0;
+    while (pos < length && data[pos]) {
+        Py_ssize_t i = pos, stop, equal;
+        long long record = 0;
+        while (i < length && i - pos < 19 && data[i] >= '0' && data[i] <= '9')
+            record = record * 10 + (data[i++] - '0');
+        if (i == pos || i >= length || data[i] != ' ' || record > length - pos)
+            return -1;
+        stop = pos + (Py_ssize_t)record;
+        for (equal = i + 1; equal < stop && data[equal] != '='; equal++) {}
+        if (equal >= stop || data[stop - 1] != '\n')
+            return -1;
+        if (equal - i - 1 == 4 && memcmp(data + i + 1, "path", 4) == 0) {
+            o->path = data + equal + 1;
+            o->path_length = stop - 1 - equal - 1;
+        } else if (equal - i - 1 == 4 && memcmp(data + i + 1, "size", 4) == 0) {
+            Py_ssize_t k, digits = stop - 1 - equal - 1;
+            long long size = 0;
+            if (digits < 1 || digits > 18) return -1;
+            for (k = equal + 1; k < stop - 1; k++) {
+                if (data[k] < '0' || data[k] > '9') return -1;
+                size = size * 10 + (data[k] - '0');
+            }
+            o->size = size;
+        }
+        pos = stop;
+    }
+    return 0;
+}
+
+/* Take the special member of type `kind` with contents data[0:size] into `o`; -1 to stop there. */
+static int special_overrides(unsigned char kind, const char *data, Py_ssize_t size, Overrides *o) {
+    if (kind == 'L') {
+        const char *nul = memchr(data, 0, size);
+        o->path = data;
+        o->path_length = nul ? nul - data : size;
+        return 0;
+    }
+    if (kind == 'x')
+        return pax_overrides(data, size, o);
+    return 0;  /* 'K' (GNU long link name) and 'g' (pax global header) change nothing */
+}
+
+/* The (name, key, extension, data) tuple of a regular member; NULL with an exception set. */
+static PyObject *member_item(PyObject *name, const char *text, Py_ssize_t length, const unsigned char *data,
+                             long long size) {
+    PyObject *key, *ext, *bytes, *item;
+    if (split_name(text, length, &key, &ext) < 0) return NULL;
+    bytes = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)size);
+    if (!bytes) { Py_DECREF(key); Py_DECREF(ext); return NULL; }
+    item = PyTuple_New(4);
+    if (!item) { Py_DECREF(key); Py_DECREF(ext); Py_DECREF(bytes); return NULL; }
+    PyTuple_SET_ITEM(item, 0, Py_NewRef(name));
+    PyTuple_SET_ITEM(item, 1, key);
+    PyTuple_SET_ITEM(item, 2, ext);
+    PyTuple_SET_ITEM(item, 3, bytes);
+    return item;
+}
+
 static PyObject *scan_next(ScanObject *self) {
     const unsigned char *base = (const unsigned char *)self->view.buf;
+    Py_ssize_t at;  /* the header being read; self->pos stays at the first header of its member */
+    Overrides o = {NULL, 0, -1};
     if (self->done) return NULL;
-    while (self->end - self->pos >= BLOCK) {
-        const unsigned char *header = base + self->pos;
+    at = self->pos;
+    while (self->end - at >= BLOCK) {
+        const unsigned char *header = base + at;
         unsigned char kind = header[156];
         long long size;
         Py_ssize_t next, length;
-        char text[260];
-        PyObject *name, *key, *ext, *data, *item;
-        if (!header[0] || kind == 'K' || kind == 'L' || kind == 'g' || kind == 'x' || !checksum_ok(header))
+        const char *text;
+        char buffer[260];
+        PyObject *name;
+        if (!header[0] || !checksum_ok(header))
             break;
         size = plain_octal(header + 124, 12);
-        if (size < 0 || size > self->end - self->pos - BLOCK)
+        if (size < 0)
             break;
-        next = self->pos + BLOCK + (Py_ssize_t)((size + BLOCK - 1) / BLOCK * BLOCK);
+        if (kind == 'K' || kind == 'L' || kind == 'g' || kind == 'x') {
+            if (size > self->end - at - BLOCK
+                || special_overrides(kind, (const char *)header + BLOCK, (Py_ssize_t)size, &o) < 0)
+                break;
+            at += BLOCK + (Py_ssize_t)((size + BLOCK - 1) / BLOCK * BLOCK);
+            continue;
+        }
+        if (o.size >= 0)
+            size = o.size;
+        if (size > self->end - at - BLOCK)
+            break;
+        next = at + BLOCK + (Py_ssize_t)((size + BLOCK - 1) / BLOCK * BLOCK);
         if (next > self->end)
             break;
-        length = raw_name(header, text);
+        if (o.path) {
+            text = o.path;
+            length = o.path_length;
+        } else {
+            length = raw_name(header, buffer);
+            text = buffer;
+        }
         name = decode(text, length);
         if (!name) return NULL;
         Py_XSETREF(self->last, name);
-        self->pos = next;
-        if ((kind != 0 && kind != '0' && kind != '7') || is_meta(header))
+        self->pos = at = next;
+        o.path = NULL;
+        o.size = -1;
+        if ((kind != 0 && kind != '0' && kind != '7') || is_meta(text, length))
             continue;
-        if (split_name(text, length, &key, &ext) < 0) return NULL;
-        data = PyBytes_FromStringAndSize((const char *)header + BLOCK, (Py_ssize_t)size);
-        if (!data) { Py_DECREF(key); Py_DECREF(ext); return NULL; }
-        item = PyTuple_New(4);
-        if (!item) { Py_DECREF(key); Py_DECREF(ext); Py_DECREF(data); return NULL; }
-        PyTuple_SET_ITEM(item, 0, Py_NewRef(name));
-        PyTuple_SET_ITEM(item, 1, key);
-        PyTuple_SET_ITEM(item, 2, ext);
-        PyTuple_SET_ITEM(item, 3, data);
-        return item;
+        return member_item(name, text, length, header + BLOCK, size);
     }
     return stop_with_state(self);
 }

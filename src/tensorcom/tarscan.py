@@ -144,15 +144,61 @@ def keyed(name: str, data: bytes) -> Keyed:
     return (name, None, None, data) if split is None else (name, split[0], split[1], data)
 
 
+def pax_overrides(data: Any) -> tuple[bytes | None, int | None] | None:
+    """(path, size) set by the pax records `data` (each None when not set), or None when a record is
+    not in the strict form "LENGTH KEY=VALUE\\n" or a size is not plain decimal digits; the careful
+    parser then decides. A later record of a key wins over an earlier one, as in the careful parser."""
+    data = bytes(data)
+    path = size = None
+    pos, end = 0, len(data)
+    while pos < end and data[pos]:
+        space = data.find(b" ", pos, pos + 20)
+        digits = data[pos:space]
+        if space < 0 or not digits.isdigit():
+            return None
+        stop = pos + int(digits)
+        equal = data.find(b"=", space + 1, stop)
+        if stop > end or equal < 0 or data[stop - 1] != 10:
+            return None
+        key = data[space + 1:equal]
+        if key == b"path":
+            path = data[equal + 1:stop - 1]
+        elif key == b"size":
+            text = data[equal + 1:stop - 1]
+            if not text.isdigit() or len(text) > 18:
+                return None
+            size = int(text)
+        pos = stop
+    return path, size
+
+
+def _special_overrides(kind: int, data: Any, path: bytes | None,
+                       size: int | None) -> tuple[bytes | None, int | None] | None:
+    """The (path, size) overrides after a special member of type `kind` whose contents are `data`;
+    None when its records are not in the strict form (the careful parser then takes it)."""
+    if kind == 76:  # 'L': GNU long name of the next member
+        return bytes(data).split(b"\0", 1)[0], size
+    if kind == 120:  # 'x': pax extended header of the next member
+        records = pax_overrides(data)
+        if records is None:
+            return None
+        return (path if records[0] is None else records[0]), (size if records[1] is None else records[1])
+    return path, size  # 'K' (GNU long link name) and 'g' (pax global header) change nothing
+
+
 def scan_python(buf: Any, pos: int, end: int) -> Iterator[Keyed]:
-    """Members lying wholly in buf[pos:end] with ordinary headers; see the module docstring."""
+    """Members lying wholly in buf[pos:end], with their pax / GNU long-name headers; see the module
+    docstring."""
     view, known, last = memoryview(buf), _known, None
     if len(known) > 100000:
         known.clear()
+    group = pos  # the first header of the member being read (its pax / GNU headers come first)
+    path: bytes | None = None
+    override: int | None = None  # the member size a pax header set
     while end - pos >= BLOCK:
         header = bytes(view[pos:pos + BLOCK])
         kind = header[156]
-        if not header[0] or kind in SPECIAL:
+        if not header[0]:
             break
         expected = known.get(header[148:156])
         if expected is None:
@@ -160,16 +206,30 @@ def scan_python(buf: Any, pos: int, end: int) -> Iterator[Keyed]:
         size = known.get(header[124:136])
         if size is None:
             size = known[header[124:136]] = _plain_octal(header[124:136])
-        start = pos + BLOCK
-        stop = start + size
-        if expected != adler32(header) & 0xFFFF or size < 0 or stop + (-size % BLOCK) > end:
+        if expected != adler32(header) & 0xFFFF or size < 0:
             break
-        cut = header.find(b"\0", 0, 100)  # header_name and split_name inlined: a hot loop
-        raw = header[:cut] if cut >= 0 else header[:100]
-        if header[345] and header[257:265] == POSIX_MAGIC:
-            raw = header[345:500].split(b"\0", 1)[0] + b"/" + raw
-        last = name = raw.decode("utf-8", "surrogateescape")
-        pos = stop + (-size % BLOCK)
+        start = pos + BLOCK
+        if kind in SPECIAL:
+            stop = start + size
+            overrides = None if stop > end else _special_overrides(kind, view[start:stop], path, override)
+            if overrides is None:
+                break
+            path, override = overrides
+            pos = stop + (-size % BLOCK)
+            continue
+        if override is not None:
+            size = override
+        stop = start + size
+        if stop + (-size % BLOCK) > end:
+            break
+        if path is None:
+            cut = header.find(b"\0", 0, 100)  # header_name and split_name inlined: a hot loop
+            path = header[:cut] if cut >= 0 else header[:100]
+            if header[345] and header[257:265] == POSIX_MAGIC:
+                path = header[345:500].split(b"\0", 1)[0] + b"/" + path
+        last = name = path.decode("utf-8", "surrogateescape")
+        group = pos = stop + (-size % BLOCK)
+        path = override = None
         if kind in REGULAR and (name[:2] != "__" or not META.match(name)):
             slash = name.rfind("/")
             dot = name.find(".", slash + 1)
@@ -177,4 +237,4 @@ def scan_python(buf: Any, pos: int, end: int) -> Iterator[Keyed]:
                 yield name, None, None, bytes(view[start:stop])
             else:
                 yield name, name[:dot], name[dot + 1:].lower(), bytes(view[start:stop])
-    return pos, last
+    return group, last

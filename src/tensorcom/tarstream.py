@@ -164,14 +164,17 @@ def _pax_records(data: bytes, url: str, member: str | None) -> dict[str, str]:
     return records
 
 
-def tar_members(stream: IO[bytes], url: str, window: int = WINDOW) -> Iterator[tuple[str, bytes]]:
+def tar_members(stream: IO[bytes], url: str, window: int = WINDOW,
+                require_end_blocks: bool = True) -> Iterator[tuple[str, bytes]]:
     """Yield (member name, contents) for every regular file of the tar `stream`, in archive order.
 
     Reads `window` bytes at a time (readinto, so large reads bypass the stream's own buffer). Skips
     directories, links, special files and `__meta__` members. Raises TarFormatError for a bad
-    checksum, a truncated header or member, and OpenError when reading the stream fails.
+    checksum, a truncated header or member, and an archive that ends without its two end-of-archive
+    blocks (an empty stream included) unless `require_end_blocks` is False (then the end of the data
+    on a header boundary also ends the archive); OpenError when reading the stream fails.
     """
-    for name, _, _, data in _read_members(stream, url, window):
+    for name, _, _, data in _read_members(stream, url, window, require_end_blocks):
         yield name, data
 
 
@@ -187,26 +190,24 @@ def _special(kind: int, data: bytes, override: dict[str, str] | None, url: str,
     return None
 
 
-def _read_members(stream: IO[bytes], url: str, size: int) -> Iterator[Keyed]:
-    """tar_members as (name, key, extension, data). The scanner takes every ordinary member lying
-    wholly in the window; what it leaves (the window's edge, pax / GNU headers, bad data, the end)
-    goes through `_one_member`. Read failures become OpenError."""
+def _read_members(stream: IO[bytes], url: str, size: int, require_end_blocks: bool = True) -> Iterator[Keyed]:
+    """tar_members as (name, key, extension, data). The scanner takes every member lying wholly in
+    the window (with its pax / GNU headers); what it leaves (a member crossing the window's edge or
+    larger than half the window, bad data, the end) goes through `_one_member`. The window is
+    refilled only when at most half of it is unparsed, so moving that rest to the front never costs
+    more than the bytes newly read. Read failures become OpenError."""
     window, scan = Window(stream, size), scanner()
     previous: str | None = None
     override: dict[str, str] | None = None  # from pax / GNU long-name headers, for the next member
-    filled = False  # the window was refilled and nothing has been parsed since
     try:
         while True:
             if override is None:
                 pos, last = yield from scan(window.buf, window.pos, window.end)
                 if last is not None:
-                    window.pos, previous, filled = pos, last, False
-            if not filled and window.has_room():
-                window.fill()
-                filled = True
+                    window.pos, previous = pos, last
+            if 2 * (window.end - window.pos) <= len(window.buf) and window.fill():
                 continue
-            filled = False
-            member = _one_member(window, url, previous, override)
+            member = _one_member(window, url, previous, override, require_end_blocks)
             if member is None:
                 return
             previous, kind, data = member
@@ -222,16 +223,21 @@ def _read_members(stream: IO[bytes], url: str, size: int) -> Iterator[Keyed]:
         raise OpenError(f"read failed: {exn}", url=url) from exn
 
 
-def _one_member(window: Window, url: str, previous: str | None,
-                override: dict[str, str] | None) -> tuple[str, int, bytes] | None:
+def _one_member(window: Window, url: str, previous: str | None, override: dict[str, str] | None,
+                require_end_blocks: bool = True) -> tuple[str, int, bytes] | None:
     """(name, type flag, data) of the member at the window's position, every check made; None at the
-    end of the archive (end-of-archive block, or end of data on a block boundary, like tarfile)."""
+    end of the archive (two end-of-archive blocks; or, unless `require_end_blocks`, the end of the
+    data on a header boundary)."""
     header = window.take(BLOCK)
     if len(header) < BLOCK:
         if header:
             raise TarFormatError("truncated tar header", url=url, member=previous)
+        if require_end_blocks:
+            _missing_end(url, previous, "ends")
         return None
     if not header[0] and not header.strip(b"\0"):
+        if require_end_blocks and len(window.take(BLOCK)) < BLOCK:
+            _missing_end(url, previous, "has one end-of-archive block of two")
         return None
     _check_header(header, url, previous)
     size = _octal(header[124:136], url, "size", previous)
@@ -246,6 +252,16 @@ def _one_member(window: Window, url: str, previous: str | None,
     if pad and len(window.take(pad)) < pad:
         raise TarFormatError("truncated member padding", url=url, member=name)
     return name, header[156], data
+
+
+def _missing_end(url: str, previous: str | None, how: str) -> None:
+    """Raise the TarFormatError of an archive cut short before or inside its end-of-archive blocks."""
+    if previous is None and how == "ends":
+        raise TarFormatError("empty or truncated tar archive: no member and no end-of-archive blocks",
+                             url=url)
+    where = f"after member {previous!r}" if previous else "before any member"
+    raise TarFormatError(f"truncated tar archive: it {how} {where} without its end-of-archive blocks "
+                         "(pass require_end_blocks=False to accept such archives)", url=url, member=previous)
 
 
 def _pax_size(override: dict[str, str], size: int, url: str, name: str) -> int:
@@ -297,17 +313,20 @@ def _group(members: Iterable[Keyed], url: str, handler: Handler | None,
 
 
 def shard_samples(url: str, handler: Handler | None = None, counts: SkipCounts | None = None,
-                  bufsize: int = DEFAULT_BUFSIZE, **open_options: Any) -> Iterator[dict[str, Any]]:
-    """Samples of one shard: open → members → samples. A shard that cannot be opened or is malformed
-    raises (default) or, under a continuing `handler`, ends the shard there and counts it as skipped
-    (samples already yielded stay yielded; the incomplete sample at the error is dropped)."""
+                  bufsize: int = DEFAULT_BUFSIZE, require_end_blocks: bool = True,
+                  **open_options: Any) -> Iterator[dict[str, Any]]:
+    """Samples of one shard: open → members → samples. A shard that cannot be opened, is malformed or
+    is truncated (see tar_members for `require_end_blocks`) raises (default) or, under a continuing
+    `handler`, ends the shard there and counts it as skipped (samples already yielded stay yielded;
+    the incomplete sample at the error is dropped)."""
     try:
         stream = open_shard(url, bufsize=bufsize, **open_options)
     except ShardError as exn:
         handle(exn, handler, counts, "shards")
         return
     try:
-        yield from _group(_read_members(stream, url, max(WINDOW, 2 * bufsize)), url, handler, counts)
+        members = _read_members(stream, url, max(WINDOW, 2 * bufsize), require_end_blocks)
+        yield from _group(members, url, handler, counts)
     except (TarFormatError, OpenError) as exn:
         handle(exn, handler, counts, "shards")
     finally:
