@@ -127,6 +127,22 @@ def popen():
     group.close()
 
 
+@pytest.fixture(params=["c", "python"])
+def tar_scanner(request, monkeypatch):
+    """Run the test with the C tar scanner, then with the pure-Python one, chosen through
+    $TENSORCOM_PURE_PYTHON as users choose it; returns "c" or "python" (skips "c" when not built)."""
+    from tensorcom import tarscan
+
+    if request.param == "c":
+        if tarscan.scan_c is None:
+            pytest.skip("tensorcom._tarscan is not built (no C compiler at install time)")
+        monkeypatch.delenv("TENSORCOM_PURE_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "1")
+    assert tarscan.scanner() is (tarscan.scan_c if request.param == "c" else tarscan.scan_python)
+    return request.param
+
+
 # --- shard test servers (tests/servers.py): a directory over HTTP, moto's S3 server ---
 
 

@@ -19,16 +19,7 @@ from tensorcom.tarstream import buffered, shard_samples, tar_members
 LONG_KEY = "d" * 60 + "/" + "k" * 70  # longer than a ustar name field: a pax path record
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def scanner(request, monkeypatch):
-    """Run each test with the C scanner, then with the pure-Python one."""
-    if request.param == "c":
-        if tarscan.scan_c is None:
-            pytest.skip("tensorcom._tarscan is not built")
-        monkeypatch.delenv("TENSORCOM_PURE_PYTHON", raising=False)
-    else:
-        monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "1")
-    return request.param
+pytestmark = pytest.mark.usefixtures("tar_scanner")  # every test: C scanner, then pure Python
 
 
 def pax_shard(count: int = 3) -> tuple[bytes, int]:

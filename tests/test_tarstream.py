@@ -22,18 +22,7 @@ from tensorcom.handlers import SkipCounts, ignore_and_continue, warn_and_continu
 from tensorcom.tarstream import buffered, group_samples, shard_samples, split_name, tar_members
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def scanner(request, monkeypatch):
-    """Run the test with the C scanner, then with the pure-Python one; yields the scanner in use."""
-    if request.param == "c":
-        if tarscan.scan_c is None:
-            pytest.skip("tensorcom._tarscan is not built (no C compiler at install time)")
-        monkeypatch.delenv("TENSORCOM_PURE_PYTHON", raising=False)
-        assert tarscan.scanner() is tarscan.scan_c
-    else:
-        monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "1")
-        assert tarscan.scanner() is tarscan.scan_python
-    return tarscan.scanner()
+pytestmark = pytest.mark.usefixtures("tar_scanner")  # every test: C scanner, then pure Python
 
 
 def make_tar(members, fmt=tarfile.PAX_FORMAT, extra=None) -> bytes:
