@@ -306,6 +306,34 @@ def test_xargs_timeout_kills_command_and_background(popen, data, tmp_path):
     assert processes_with_marker(marker) == []
 
 
+@pytest.fixture(scope="module")
+def data25(tmp_path_factory):
+    """One shard of 25 samples k00..k24 (a txt field each)."""
+    path = tmp_path_factory.mktemp("wl25") / "in.tar"
+    with shards.TarWriter(str(path)) as sink:
+        for i in range(25):
+            sink.write({"__key__": f"k{i:02d}", "txt": f"text {i}"})
+    return str(path)
+
+
+FAIL_AT_10 = {"wl-map": ["-e", 'sample if sample["__key__"] != "k10" else 1 / 0'],
+              "wl-xargs": ["-c", '[ "$KEY" != k10 ]']}
+
+
+@pytest.mark.parametrize("name", ["wl-map", "wl-xargs"])
+@pytest.mark.parametrize("procs", ["0", "2"])
+def test_failure_leaves_no_partial_output(popen, data25, tmp_path, name, procs):
+    result = run(popen, name, data25, *FAIL_AT_10[name], "-o", str(tmp_path / "out.tar"), "-p", procs)
+    assert_usage_error(result, "k10", f"abandoned shard {tmp_path / 'out.tar'} holding 10 samples")
+    assert os.listdir(tmp_path) == []
+    result = run(popen, name, data25, *FAIL_AT_10[name], "-o", str(tmp_path / "o-%02d.tar"), "--maxcount", "4",
+                 "-p", procs)
+    assert_usage_error(result, "k10", f"abandoned shard {tmp_path / 'o-02.tar'} holding 2 samples")
+    assert sorted(os.listdir(tmp_path)) == ["o-00.tar", "o-01.tar"]
+    out = shards.samples(str(tmp_path / "o-{00..01}.tar"))
+    assert [s["__key__"] for s in out] == [f"k{i:02d}" for i in range(8)]
+
+
 def test_tools_read_every_shard_whatever_rank(popen, data):
     url, _ = data
     env = dict(os.environ, RANK="1", WORLD_SIZE="2")
@@ -429,3 +457,18 @@ def test_run_tasks_closing_early_stops_workers():
 def test_run_tasks_rejects_negative_processes():
     with pytest.raises(ValueError, match="-1"):
         run_tasks(slow_square, range(3), -1)
+
+
+def test_truncated_shard_is_reported_unless_end_blocks_are_waived(popen, data, tmp_path):
+    url, raw = data
+    whole = url.replace("{000000..000001}", "000000")
+    cut = tmp_path / "cut.tar"
+    blob = open(whole, "rb").read()
+    end = len(blob.rstrip(b"\0"))  # the last member ("txt") ends in text, not in zero bytes
+    cut.write_bytes(blob[:end + (-end % 512)])  # every member whole, the end-of-archive blocks gone
+    result = run(popen, "wl-info", str(cut))
+    assert result.returncode != 0
+    assert "truncated tar archive" in result.stderr.decode() and str(cut) in result.stderr.decode()
+    result = run(popen, "wl-extract", "--no-end-blocks", str(cut), "-f", "__key__")
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().split() == [s["__key__"] for s in raw[:PER_SHARD]]

@@ -39,8 +39,9 @@ def samples(urls: str | Sequence[str], *, handler: Handler | None = None, shuffl
     """Raw samples of this node's and worker's shards of `urls`, shard after shard.
 
     Each sample is {"__key__": str, "__url__": str, ext: bytes}. `handler` (default: raise) decides what
-    a bad shard or sample does; skips are counted in `counts`. `open_options` go to gopen (timeout,
-    retries, endpoint_url, ...). Node split from rank/world_size or RANK/WORLD_SIZE; worker split from
+    a bad shard or sample does (a truncated or empty shard is bad: see `require_end_blocks` in
+    tarstream.shard_samples); skips are counted in `counts`. `open_options` go to shard_samples
+    (require_end_blocks) and gopen (timeout, retries, endpoint_url, ...). Node split from rank/world_size or RANK/WORLD_SIZE; worker split from
     worker/num_workers or the running torch DataLoader worker.
     """
     rank, world_size = node_and_world(rank, world_size)

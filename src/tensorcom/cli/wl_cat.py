@@ -23,7 +23,8 @@ def parse(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     """Find sample number SKIP of URL and copy its FIELD to stdout; status 2 when there is none."""
     args = parse(argv)
-    sample = next(wlcommon.samples(args.url, skip=args.skip, count=1), None)
+    sample = next(wlcommon.samples(args.url, skip=args.skip, count=1,
+                                   require_end_blocks=args.require_end_blocks), None)
     if sample is None:
         raise ValueError(f"{args.url} has no sample after skipping {args.skip}")
     found = wlcommon.getfirst(sample, args.field)

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     fields = wlcommon.parse_fields(args.fields)
     os.makedirs(args.output, exist_ok=True)
     nsamples = nfiles = 0
-    for sample in wlcommon.samples(args.url, skip=args.skip, count=args.count):
+    for sample in wlcommon.samples(args.url, skip=args.skip, count=args.count,
+                                   require_end_blocks=args.require_end_blocks):
         paths = dump(sample, args.output, fields)
         if args.verbose:
             print("\n".join(paths))

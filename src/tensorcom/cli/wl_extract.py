@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     fields = wlcommon.parse_fields(args.fields) or ["__key__"]
     as_json = args.json or args.format == "json"
-    for sample in wlcommon.samples(args.url, skip=args.skip, count=args.count):
+    for sample in wlcommon.samples(args.url, skip=args.skip, count=args.count,
+                                   require_end_blocks=args.require_end_blocks):
         row = extract(sample, fields)
         if as_json:
             line = json.dumps(row, ensure_ascii=False)

@@ -123,7 +123,8 @@ def _text(item: str, value: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Survey URL and print the report."""
     args = parse(argv)
-    keysets, fields = survey(wlcommon.samples(args.url, skip=args.skip, count=args.count), args.decode)
+    keysets, fields = survey(wlcommon.samples(args.url, skip=args.skip, count=args.count,
+                                              require_end_blocks=args.require_end_blocks), args.decode)
     if args.json:
         keys = [{"fields": names.split(), "count": n} for names, n in keysets.most_common()]
         doc = {"samples": sum(keysets.values()), "keysets": keys,

@@ -115,7 +115,8 @@ def results(args) -> Any:
     else:
         _compiled(args.expr)  # a SyntaxError here is a ValueError-like usage error
     job = functools.partial(transform, expr=args.expr, module=args.module, image=args.decode)
-    source = wlcommon.samples(args.url, skip=args.skip, count=args.count)
+    source = wlcommon.samples(args.url, skip=args.skip, count=args.count,
+                              require_end_blocks=args.require_end_blocks)
     return wlcommon.run_tasks(job, source, args.processes)
 
 
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_all(outputs, args) -> int:
-    """Write (or, without -o, list) every output sample; returns how many."""
+    """Write (or, without -o, list) every output sample; returns how many. A failure abandons the shard
+    being written (no partial file under its name) and names it (wlcommon.writing)."""
     written = 0
     if args.output is None:
         for batch in outputs:
@@ -142,7 +144,7 @@ def write_all(outputs, args) -> int:
                 print(out.get("__key__"), *sorted(k for k in out if not k.startswith("__")), sep="\t")
                 written += 1
     else:
-        with wlcommon.open_writer(args.output, args.maxcount, args.maxsize) as sink:
+        with wlcommon.writing(args.output, args.maxcount, args.maxsize) as sink:
             for batch in outputs:
                 for out in batch:
                     sink.write(out)

@@ -30,13 +30,14 @@ def parse(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def read(url: str, image: str, count: int | None) -> tuple[int, int, float, float]:
+def read(url: str, image: str, count: int | None,
+         require_end_blocks: bool = True) -> tuple[int, int, float, float]:
     """Read (and decode) up to `count` samples of `url`: (samples, raw bytes, start, end wall time)."""
     import tensorcom.shards  # noqa: F401  (imported before the clock starts)
 
     start = time.time()
     nsamples = nbytes = 0
-    for sample in wlcommon.samples(url, count=count):
+    for sample in wlcommon.samples(url, count=count, require_end_blocks=require_end_blocks):
         nbytes += wlcommon.raw_size(sample)
         wlcommon.decode(sample, image)
         nsamples += 1
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes > 0:
         nsamples, nbytes, seconds = read_parallel(args.url, args.decode, args.count, args.processes)
     else:
-        nsamples, nbytes, start, end = read(args.url, args.decode, args.count)
+        nsamples, nbytes, start, end = read(args.url, args.decode, args.count, args.require_end_blocks)
         seconds = end - start
     result = rates(nsamples, nbytes, seconds)
     result.update(decode=args.decode, processes=args.processes)

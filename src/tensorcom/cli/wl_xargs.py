@@ -61,12 +61,13 @@ def make_job(args) -> Job:
 
 
 def write_all(results, args) -> tuple[int, list]:
-    """Write the output samples (when -o is given); returns (written, failures)."""
+    """Write the output samples (when -o is given); returns (written, failures). A failure abandons the
+    shard being written (no partial file under its name) and names it (wlcommon.writing)."""
     failures: list = []
     written = 0
     with contextlib.ExitStack() as stack:
         sink = None if args.output is None else stack.enter_context(
-            wlcommon.open_writer(args.output, args.maxcount, args.maxsize))
+            wlcommon.writing(args.output, args.maxcount, args.maxsize))
         for result in results:
             if not isinstance(result, dict):
                 failures.append(result)
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command over every sample of URL; summary (and skipped count) on stderr."""
     args = parse(argv)
     job = functools.partial(run_sample, job=make_job(args))
-    source = wlcommon.samples(args.url, skip=args.skip, count=args.count)
+    source = wlcommon.samples(args.url, skip=args.skip, count=args.count,
+                              require_end_blocks=args.require_end_blocks)
     results = wlcommon.run_tasks(job, source, args.processes)
     with contextlib.closing(results):
         written, failures = write_all(results, args)

@@ -33,6 +33,9 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="shard URL(s): path, file://, http(s)://, s3://, pipe:CMD or '-'; brace expansion "
         "(data-{000..009}.tar) and '::' between several specs",
     )
+    parser.add_argument("--no-end-blocks", dest="require_end_blocks", action="store_false",
+                        help="accept shards that end without their end-of-archive blocks (by default "
+                        "such a shard is reported as truncated)")
     return parser
 
 
@@ -76,12 +79,15 @@ def select_fields(sample: dict, fields: list[str] | None) -> dict:
     return chosen
 
 
-def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = None) -> Iterator[dict]:
-    """Raw samples of `url` (dicts: __key__, __url__, extension → bytes), after `skip`, at most `count`."""
+def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = None,
+            require_end_blocks: bool = True) -> Iterator[dict]:
+    """Raw samples of `url` (dicts: __key__, __url__, extension → bytes), after `skip`, at most `count`;
+    `require_end_blocks` as in tensorcom.tarstream.tar_members."""
     from tensorcom import shards
 
     # every shard, whatever RANK / WORLD_SIZE or a DataLoader worker would say
-    stream = shards.samples(url, handler=handler, rank=0, world_size=1, worker=0, num_workers=1)
+    stream = shards.samples(url, handler=handler, rank=0, world_size=1, worker=0, num_workers=1,
+                            require_end_blocks=require_end_blocks)
     stop = None if count is None else skip + count
     try:
         yield from itertools.islice(stream, skip, stop)
@@ -170,6 +176,23 @@ def open_writer(pattern: str, maxcount: int | None = None, maxsize: int | None =
     if maxcount is not None or maxsize is not None:
         raise ValueError(f"--maxcount/--maxsize need a shard pattern with a %d field, got {pattern!r}")
     return shards.TarWriter(pattern)
+
+
+@contextlib.contextmanager
+def writing(pattern: str, maxcount: int | None = None, maxsize: int | None = None):
+    """open_writer as a `with` block that completes the output on success. An Exception inside it
+    abandons the shard being written (completed ones stay; nothing partial is left under a final
+    name) and comes out as one ShardError line naming that shard and its sample count, chained to it."""
+    with open_writer(pattern, maxcount, maxsize) as sink:
+        try:
+            yield sink
+        except Exception as exc:
+            abandoned = sink.abort()
+            if abandoned is None:
+                raise
+            first = (str(exc).splitlines() or [""])[0]
+            message = first if isinstance(exc, TensorcomError) else f"{type(exc).__name__}: {first}"
+            raise ShardError(f"{message}; {abandoned}") from exc
 
 
 def plain(value: Any) -> Any:
