@@ -313,7 +313,7 @@ def run_http(base: str, root: Path, threads: int, processes: int, limit: int, ti
     from tensorcom.cli.serve_imagenet import collate_pair
     from tensorcom.images import init_worker
     from tensorcom.pipeline import Pipeline
-    from tensorcom.sources import FetchSource
+    from tensorcom.pipeline.sources import FetchSource
 
     pairs = image_files(root, limit)
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())

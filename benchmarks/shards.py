@@ -42,7 +42,8 @@ from typing import Callable, Iterator
 import numpy as np
 import webdataset as wds  # imported here: its import (torch's) would otherwise count in its first timing
 
-from tensorcom import shards, tarscan
+from tensorcom import shards
+from tensorcom.shards import _tarscan as tarscan
 
 ROOT = Path(__file__).resolve().parent.parent / "bench-data" / "shards"
 NAME = "bench-%06d.tar"

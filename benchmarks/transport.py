@@ -27,7 +27,7 @@ import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from tensorcom.connection import Connection  # noqa: E402
+from tensorcom.transport.connection import Connection  # noqa: E402
 
 SHAPES = ((64, 224, 224, 3), (64,))
 

@@ -131,11 +131,11 @@ def popen():
 def tar_scanner(request, monkeypatch):
     """Run the test with the C tar scanner, then with the pure-Python one, chosen through
     $TENSORCOM_PURE_PYTHON as users choose it; returns "c" or "python" (skips "c" when not built)."""
-    from tensorcom import tarscan
+    from tensorcom.shards import _tarscan as tarscan
 
     if request.param == "c":
         if tarscan.scan_c is None:
-            pytest.skip("tensorcom._tarscan is not built (no C compiler at install time)")
+            pytest.skip("tensorcom.shards._ctarscan is not built (no C compiler at install time)")
         monkeypatch.delenv("TENSORCOM_PURE_PYTHON", raising=False)
     else:
         monkeypatch.setenv("TENSORCOM_PURE_PYTHON", "1")

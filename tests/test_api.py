@@ -23,7 +23,7 @@ def test_every_public_name_resolves():
 
 
 def test_import_is_light():
-    code = "import sys, tensorcom, tensorcom.connection, tensorcom.shards; print(sorted(m for m in ('torch','PIL','fsspec') if m in sys.modules))"
+    code = "import sys, tensorcom, tensorcom.transport.connection, tensorcom.shards; print(sorted(m for m in ('torch','PIL','fsspec') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

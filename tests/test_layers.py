@@ -1,6 +1,9 @@
-"""The layers of DESIGN.md, pinned: a module imports only from its own layer or the layers before it.
+"""The layers of DESIGN.md, pinned: the folder tree is the layer diagram.
 
-Imports inside functions (lazy ones) count too. A new module must be placed in LAYERS.
+A module's layer is its folder: the modules at the top of the package are the pure base (codec,
+messages, URL grammar, errors, settings), each sub-package one layer. A module imports only from its
+own layer or the layers before it (imports inside functions count too), and only the transport layer
+imports ZeroMQ. Nothing here names a module: a new module is placed by the folder it is put in.
 """
 
 import ast
@@ -10,31 +13,22 @@ import tensorcom
 
 PACKAGE = Path(tensorcom.__file__).parent
 
-LAYERS = [
-    ["tensorcom", "errors", "settings", "torchdata"],
-    ["tenbin"],
-    ["wire"],
-    ["urls"],
-    ["connection", "sockets", "stats", "batchutil", "converters"],  # transport: the only sockets
-    ["gopen", "tarscan", "_tarscan", "tarstream", "handlers", "extcodec", "writers", "shardlist", "shards"],
-    ["stages", "sources", "workers", "procpipe", "shardworkers", "pipeline", "serving"],
-    ["images", "imagecodec", "augment", "resample", "tjcrop", "imagefolder", "demodata"],
-    ["torch_adapter", "trainer", "zcom"],  # adapters and 0.1 compatibility
-    ["cli"],
-]
-LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}
+# the package's folders, in layer order ("" is the top of the package: the pure base)
+LAYERS = ["", "transport", "shards", "pipeline", "images", "adapters", "zcom", "demo", "cli"]
 
 
 def layer(module: str) -> int:
-    """Layer of a module named relative to the package ("cli.wl_cat" counts as "cli")."""
-    top = module.split(".")[0] if module else "tensorcom"
-    return LAYER_OF[top]
+    """Layer of a module named relative to the package: the index of its folder in LAYERS."""
+    parts = module.split(".") if module else []
+    folder = parts[0] if len(parts) > 1 or (parts and (PACKAGE / parts[0]).is_dir()) else ""
+    return LAYERS.index(folder)
 
 
 def imported_modules(path: Path, module: str) -> set[str]:
     """Package modules that `path` (module `module`, relative to the package) imports, anywhere in it."""
     found = set()
-    package_parts = module.split(".")[:-1]
+    is_package = path.name == "__init__.py"
+    package_parts = module.split(".") if is_package else module.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -44,8 +38,7 @@ def imported_modules(path: Path, module: str) -> set[str]:
                 name = node.module.partition(".")[2]
             else:
                 continue
-            names = [name] if name else [alias.name for alias in node.names]
-            found.update(names)
+            found.update([name] if name else [alias.name for alias in node.names])
         elif isinstance(node, ast.Import):
             found.update(a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == "tensorcom")
     return found
@@ -57,29 +50,35 @@ def package_modules():
         yield path, "" if module == "__init__" else module.removesuffix(".__init__")
 
 
-def test_every_module_has_a_layer():
-    unplaced = [m for _, m in package_modules() if (m.split(".")[0] or "tensorcom") not in LAYER_OF]
-    assert unplaced == []
+def test_every_folder_is_a_layer():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(LAYERS) - {""}
 
 
 def test_no_module_imports_from_a_later_layer():
     violations = []
     for path, module in package_modules():
         for dependency in imported_modules(path, module):
-            if dependency.split(".")[0] in LAYER_OF and layer(dependency) > layer(module):
-                violations.append(f"{module or 'tensorcom'} (layer {layer(module)}) imports {dependency} "
-                                  f"(layer {layer(dependency)})")
+            if layer(dependency) > layer(module):
+                violations.append(f"{module or 'tensorcom'} (layer {LAYERS[layer(module)] or 'base'}) imports "
+                                  f"{dependency} (layer {LAYERS[layer(dependency)]})")
     assert violations == []
 
 
 def test_only_the_transport_layer_imports_zmq():
-    transport = set(LAYERS[4])
     importers = set()
     for path, module in package_modules():
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(n.split(".")[0] == "zmq" for n in names):
                 importers.add(module)
-    assert importers and importers <= transport, importers - transport
+    assert importers and {layer(m) for m in importers} == {LAYERS.index("transport")}, importers
+
+
+def test_the_layer_rule_catches_a_violation(tmp_path):
+    """The checker itself: a base module importing the transport layer is reported."""
+    source = tmp_path / "bad.py"
+    source.write_text("from tensorcom.transport.connection import Connection\n")
+    assert imported_modules(source, "bad") == {"transport.connection"}
+    assert layer("transport.connection") > layer("bad")

@@ -13,7 +13,7 @@ __version__ = "0.2.0"
 
 # public name -> (module, attribute or None for the module itself)
 _EXPORTS: dict[str, tuple[str, str | None]] = {
-    "Connection": ("tensorcom.connection", "Connection"),
+    "Connection": ("tensorcom.transport.connection", "Connection"),
     "DecodeError": ("tensorcom.errors", "DecodeError"),
     "EncodeError": ("tensorcom.errors", "EncodeError"),
     "OpenError": ("tensorcom.errors", "OpenError"),
@@ -29,7 +29,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "WorkerDied": ("tensorcom.errors", "WorkerDied"),
     "WorkerError": ("tensorcom.errors", "WorkerError"),
     "images": ("tensorcom.images", None),
-    "serve": ("tensorcom.serving", "serve"),
+    "serve": ("tensorcom.pipeline.serving", "serve"),
     "shards": ("tensorcom.shards", None),
     "tenbin": ("tensorcom.tenbin", None),
     "urls": ("tensorcom.urls", None),

@@ -50,6 +50,6 @@ def s3_endpoint_url() -> str | None:
 
 
 def tar_accelerator() -> bool:
-    """Whether the tar reader may use its C scanner (tensorcom._tarscan, when built): False when
+    """Whether the tar reader may use its C scanner (tensorcom.shards._ctarscan, when built): False when
     $TENSORCOM_PURE_PYTHON is 1/true/yes (then the pure-Python scanner reads the same way)."""
     return os.environ.get("TENSORCOM_PURE_PYTHON", "").strip().lower() not in ("1", "true", "yes")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 from tensorcom.errors import TensorcomError
 
 if TYPE_CHECKING:
-    from tensorcom.connection import Connection
+    from tensorcom.transport.connection import Connection
 
 EXIT_USAGE = 2
 DEFAULT_SOURCE_URL = "zsub://127.0.0.1:7880"
@@ -93,6 +93,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_source(args: argparse.Namespace, **kwargs) -> Connection:
     """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
-    from tensorcom.connection import Connection  # only the receiving tools need ZeroMQ
+    from tensorcom.transport.connection import (
+        Connection,  # only the receiving tools need ZeroMQ
+    )
 
     return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)

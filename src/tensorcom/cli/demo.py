@@ -1,8 +1,8 @@
 """`tensorcom demo`: serve a small synthetic image dataset on loopback and train a classifier on it.
 
-Steps: make (once, cached) the demo dataset of coloured shapes (tensorcom.demodata); start
+Steps: make (once, cached) the demo dataset of coloured shapes (tensorcom.demo.data); start
 serve-imagenet-dir as a real subprocess sending augmented batches to a PUSH/PULL connection on
-127.0.0.1; train tensorcom.trainer's small classifier (torch when installed, numpy otherwise) on
+127.0.0.1; train tensorcom.demo.trainer's small classifier (torch when installed, numpy otherwise) on
 the batches it receives, printing progress and throughput; evaluate on the held-out test tree,
 read directly; print `held-out accuracy: X%`. Exit status 0 when the accuracy reaches
 --min-accuracy (90%), 1 otherwise. The server subprocess is terminated on every way out (it is also
@@ -26,7 +26,14 @@ from typing import Iterator
 
 import numpy as np
 
-from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int, seconds
+from tensorcom.cli.common import (
+    Parser,
+    entry_point,
+    fraction,
+    nonnegative_int,
+    positive_int,
+    seconds,
+)
 
 MIN_SCALE = 0.35  # crops keep at least 35% of the image, so the shape stays in view
 
@@ -206,8 +213,8 @@ def manual_commands(arguments: list[str], port: int) -> str:
 
 def run_demo(args: argparse.Namespace) -> float:
     """Make the data, serve it, train, evaluate; returns the held-out accuracy (0..1)."""
-    from tensorcom.demodata import make_demo_dataset
-    from tensorcom.trainer import make_trainer
+    from tensorcom.demo.data import make_demo_dataset
+    from tensorcom.demo.trainer import make_trainer
 
     start = time.perf_counter()
     data = make_demo_dataset(args.data, size=args.size) if args.data else make_demo_dataset(size=args.size)
@@ -232,7 +239,7 @@ def run_demo(args: argparse.Namespace) -> float:
 def serve_and_train(args: argparse.Namespace, arguments: list[str], port: int, trainer, classes: int, log) -> int:
     """Bind zpull on `port`, start the server, train on what a receiving thread collects; returns
     the number of training images. The server and the thread are stopped on every way out."""
-    from tensorcom.connection import Connection
+    from tensorcom.transport.connection import Connection
 
     conn = Connection(f"zpull://127.0.0.1:{port}", timeout=POLL)
     out: queue.Queue = queue.Queue()  # unbounded (the demo data is small): training never holds the server back

@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 from tensorcom.cli.common import Parser, entry_point, nonnegative_int, positive_int
 from tensorcom.cli.serve_imagenet import DEFAULT_URL
-from tensorcom.sources import Source
-from tensorcom.stages import striding
+from tensorcom.pipeline.sources import Source
+from tensorcom.pipeline.stages import striding
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ class FunctionSource(Source):
         return {"spec": self.spec, "first": None}
 
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
-        from tensorcom.serving import load_factory
+        from tensorcom.pipeline.serving import load_factory
 
         items = self.first if self.first is not None else load_factory(self.spec)()
         self.first = None
@@ -65,7 +65,7 @@ class AsPipeline:
 
     def __call__(self):
         from tensorcom.pipeline import Pipeline
-        from tensorcom.serving import load_factory
+        from tensorcom.pipeline.serving import load_factory
 
         made = load_factory(self.spec)()
         if isinstance(made, Pipeline):
@@ -79,7 +79,7 @@ class AsPipeline:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     """tensorcom serve: parse, check the factory resolves, serve until done; returns 0."""
-    from tensorcom.serving import assign_urls, load_factory, serve
+    from tensorcom.pipeline.serving import assign_urls, load_factory, serve
 
     args = build_parser().parse_args(argv)
     load_factory(args.factory)  # fails early on a bad name; puts the current directory on sys.path

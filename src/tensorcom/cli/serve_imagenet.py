@@ -34,7 +34,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int
+from tensorcom.cli.common import (
+    Parser,
+    entry_point,
+    fraction,
+    nonnegative_int,
+    positive_int,
+)
 
 DEFAULT_URL = "zpub://127.0.0.1:7880"
 
@@ -88,7 +94,7 @@ def publishers(urls: list[str], parallel: int) -> tuple[int | None, int]:
     N publishers: a single URL must then connect (zpush, zrpub), binding URLs need one each. Raises
     ValueError (naming the URL) when that cannot work, or when a URL does not send.
     """
-    from tensorcom.serving import assign_urls
+    from tensorcom.pipeline.serving import assign_urls
 
     workers = parallel if parallel > 0 else None
     assigned, _ = assign_urls(urls, workers)
@@ -151,8 +157,8 @@ def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool =
                  workers: int = 0, seed: int = 0, min_scale: float = 0.08, dedicated: bool = False):
     """The Pipeline serve-imagenet-dir serves: ImageFolder `root` -> augmented [images, labels] batches.
     `dedicated`: the processes iterating it only serve data (see Augment)."""
-    from tensorcom.pipeline import Pipeline
     from tensorcom.images import ImageFolderSource
+    from tensorcom.pipeline import Pipeline
 
     # Augment reads each file where it runs; the tree is scanned once, here, not in every process
     source = ImageFolderSource(root, shuffle=shuffle, read=False)
@@ -167,7 +173,7 @@ def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: boo
     """The Pipeline serve-imagenet-shards serves: tar shards -> augmented [images, labels] batches.
     `dedicated`: the processes iterating it only serve data (see Augment)."""
     from tensorcom.pipeline import Pipeline
-    from tensorcom.sources import ShardSource
+    from tensorcom.pipeline.sources import ShardSource
 
     pipeline = Pipeline(ShardSource(urls, shuffle_shards=shuffle) if shuffle else ShardSource(urls), seed=seed)
     if shuffle:
@@ -179,7 +185,7 @@ def finish_pipeline(pipeline, augment: Augment, batch_size: int, workers: int):
     """Add the augmentation and batching to `pipeline`: inline when `workers` is 0, else in `workers`
     spawned processes, each augmenting and batching its own share (only whole batches cross to the
     consumer) with torch's fast resize enabled there (images.init_worker)."""
-    from tensorcom.resample import init_worker
+    from tensorcom.images.resample import init_worker
 
     pipeline = pipeline.map(augment, rng=True).batch(batch_size, collate=collate_pair)
     return pipeline.parallel(workers, init=init_worker) if workers > 0 else pipeline
@@ -232,7 +238,7 @@ def serve_args(args: argparse.Namespace, pipeline) -> int:
     With --count the epochs run back to back (one end-of-epoch marker at the end) and each publisher
     stops after its share of the count (rounded up).
     """
-    from tensorcom.serving import serve
+    from tensorcom.pipeline.serving import serve
 
     urls = args.urls or [DEFAULT_URL]
     workers, count = publishers(urls, args.parallel)

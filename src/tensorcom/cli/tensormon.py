@@ -12,8 +12,15 @@ import json
 import sys
 import time
 
-from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int, seconds
-from tensorcom.connection import Connection
+from tensorcom.cli.common import (
+    Parser,
+    add_source_arguments,
+    entry_point,
+    open_source,
+    positive_int,
+    seconds,
+)
+from tensorcom.transport.connection import Connection
 
 
 def report_line(window: dict, conn: Connection, as_json: bool) -> str:

@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int
+from tensorcom.cli.common import (
+    Parser,
+    add_source_arguments,
+    entry_point,
+    open_source,
+    positive_int,
+)
 
 TITLE_HEIGHT = 14
 

@@ -82,7 +82,7 @@ def select_fields(sample: dict, fields: list[str] | None) -> dict:
 def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = None,
             require_end_blocks: bool = True) -> Iterator[dict]:
     """Raw samples of `url` (dicts: __key__, __url__, extension → bytes), after `skip`, at most `count`;
-    `require_end_blocks` as in tensorcom.tarstream.tar_members."""
+    `require_end_blocks` as in tensorcom.shards._tarstream.tar_members."""
     from tensorcom import shards
 
     # every shard, whatever RANK / WORLD_SIZE or a DataLoader worker would say
@@ -101,14 +101,14 @@ def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = No
 def run_tasks(func: Callable[[Any], Any], items: Iterable[Any], processes: int,
               buffer: int | None = None) -> Iterator[Any]:
     """Yield func(item) for each item, in input order: in this process when `processes` is 0, else in
-    that many spawned processes (tensorcom.workers.parallel_map; `func` must be picklable, `buffer`
+    that many spawned processes (tensorcom.pipeline.workers.parallel_map; `func` must be picklable, `buffer`
     items at most in flight). The first item that fails *in input order* ends the iteration with a
     WorkerError naming its key (so which error is reported does not depend on timing); a worker
     process that dies ends it with WorkerDied. Closing the iterator stops and joins the workers."""
     attempt = functools.partial(try_call, func)
     if processes == 0:
         return _raise_failures(attempt(item) for item in items)
-    from tensorcom.workers import parallel_map
+    from tensorcom.pipeline.workers import parallel_map
 
     return _raise_failures(parallel_map(items, attempt, workers=processes, processes=True, buffer=buffer))
 

@@ -2,7 +2,7 @@
 
 `run_sample(sample, job)` is a module-level function so that spawned workers can run it.
 
-In a worker process (tensorcom.workers, via wlcommon.run_tasks) a command must not outlive the
+In a worker process (tensorcom.pipeline.workers, via wlcommon.run_tasks) a command must not outlive the
 tool: the first command a worker runs sets up `watch_for_stop`: SIGTERM (the pool's last word before
 SIGKILL) only sets a flag that the waiting loop polls, and a thread blocked on the parent process
 kills every running command's process group, removes the temporary directories and ends the worker

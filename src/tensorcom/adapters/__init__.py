@@ -1,0 +1,1 @@
+"""Framework adapters, each imported only when used: `tensorcom.adapters.torch` (TensorcomDataset)."""

@@ -1,0 +1,2 @@
+"""What `tensorcom demo` runs: the built-in dataset of coloured shapes (`data`) and its small
+classifier (`trainer`)."""

@@ -1,0 +1,421 @@
+"""Writing tar shards: TarWriter (one archive) and ShardWriter (a numbered series of archives).
+
+Archives are deterministic: the members of a sample are written in sorted field order, with a fixed
+mtime, owner and mode, and gzip'ed shards (.tgz / .tar.gz or compress=True) carry a zero gzip mtime,
+so the same samples always give the same bytes. Destinations are anything gopen writes: paths,
+pipe:CMD, `-`, and fsspec URLs (s3://...). Nothing partial appears under a shard's final name:
+
+    path, file://PATH   written to a hidden `.NAME.tmp-PID-RANDOM` beside the target (no `out-*.tar`
+                        glob or brace pattern matches it), then flushed, fsync'ed and renamed onto NAME
+                        (os.replace) when the archive is finished. A process killed outright may leave
+                        the hidden file, never a partial NAME. Non-regular targets (/dev/null, FIFOs)
+                        are written in place.
+    s3://, gs://, ...   fsspec uploads complete at close; an abandoned one is discard()ed instead (s3fs
+                        aborts its multipart upload; a small file was never sent). File systems that
+                        write in place (memory://) have the partial object removed.
+    pipe:CMD, -         no rename: the output completes as the command or stream does; an abandoned
+                        one is closed where it stands (the command sees the end of its input) and the
+                        error raised. A caller's file object is flushed, never closed.
+
+A writer is abandoned by abort(), by an exception leaving its `with` block, or by a failed write or
+close; it is then never completed, and the exception carries a note naming the shard and how many
+samples it held (also the writer's `abandoned`). A ShardWriter keeps the shards it completed before.
+close() after a failed write raises ShardError rather than pretend the shard was written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import secrets
+import stat
+import tarfile
+from typing import IO, Any, Callable
+
+from tensorcom.errors import OpenError, ShardError
+from tensorcom.shards.fields import encode_field
+from tensorcom.shards.gopen import DEFAULT_BUFSIZE, SCHEMES, gopen, scheme_of
+
+_GZ_SUFFIXES = (".tgz", ".tar.gz", ".gz")
+
+
+def _add_note(exc: BaseException, note: str | None) -> None:
+    """exc.add_note(note) where Python has it (3.11+); nothing when note is None."""
+    if note is not None and hasattr(exc, "add_note"):
+        exc.add_note(note)
+
+
+class Destination:
+    """The bytes of one output: write() until commit() completes it or discard() drops it as far as its
+    kind allows (module docstring); after either, writes go nowhere (an abandoned archive's end blocks).
+    This base is a plain stream (pipe:, -), closed both ways; owned=False (a caller's file object):
+    flushed on commit, left alone on discard."""
+
+    atomic = False  # does discard() leave nothing under the final name?
+
+    def __init__(self, url: str, stream: IO[bytes], owned: bool = True):
+        self.url, self.stream, self.owned = url, stream, owned
+
+    def write(self, data: Any) -> int:
+        return len(data) if self.stream is None else self.stream.write(data)
+
+    def flush(self) -> None:
+        if self.stream is not None:
+            self.stream.flush()
+
+    def commit(self) -> None:
+        """Complete the output: close the stream (or flush one the caller owns); raises what that raises."""
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.close() if self.owned else stream.flush()
+
+    def discard(self) -> None:
+        """Drop the output as far as this kind allows; never raises (the caller holds the error that counts)."""
+        stream, self.stream = self.stream, None
+        if stream is not None and self.owned:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+
+class LocalDestination(Destination):
+    """A local file written as `.NAME.tmp-PID-RANDOM` beside its target and renamed onto it by commit()."""
+
+    atomic = True
+
+    def __init__(self, url: str, path: str, bufsize: int = DEFAULT_BUFSIZE, **options: Any):
+        if options:
+            raise TypeError(f"options {sorted(options)} are not understood for {url!r}")
+        self.final = os.path.realpath(path) if os.path.islink(path) else path
+        directory, name = os.path.split(self.final)
+        self.temp = os.path.join(directory, f".{name[:200]}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            stream = open(self.temp, "xb", buffering=bufsize)
+        except OSError as exn:
+            raise OpenError(exn.strerror or str(exn), url=url) from exn
+        super().__init__(url, stream)
+
+    def commit(self) -> None:
+        """Flush, fsync and close the temporary file, then rename it onto the target (removed on failure)."""
+        stream = self.stream
+        if stream is None:
+            return
+        try:
+            stream.flush()
+            os.fsync(stream.fileno())
+            stream.close()
+            os.replace(self.temp, self.final)
+        except BaseException:
+            self.discard()
+            raise
+        self.stream = None
+        _sync_directory(os.path.dirname(self.final))
+
+    def discard(self) -> None:
+        """Close and remove the temporary file."""
+        super().discard()
+        with contextlib.suppress(OSError):
+            os.remove(self.temp)
+
+
+def _sync_directory(directory: str) -> None:
+    """fsync `directory` so that a rename in it outlives a crash; skipped where that is not supported."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class FsspecDestination(Destination):
+    """An fsspec file (s3://, gs://, memory://, ...): commit() closes it, which completes the upload."""
+
+    atomic = True
+
+    def discard(self) -> None:
+        """Buffered files (s3fs, gcsfs): discard() (s3fs aborts the upload) and marked closed, lest __del__
+        close() and so upload them. Others (memory://) wrote in place: closed, and the object removed."""
+        stream, self.stream = self.stream, None
+        if stream is None:
+            return
+        from fsspec.spec import AbstractBufferedFile
+
+        with contextlib.suppress(Exception):
+            if isinstance(stream, AbstractBufferedFile):
+                try:
+                    stream.discard()
+                finally:
+                    stream.closed = True
+            else:
+                stream.close()
+                stream.fs.rm(stream.path)
+
+
+def open_destination(url: str, **options: Any) -> Destination:
+    """The Destination for writing `url` (see the module docstring); `options` as gopen takes them.
+
+    Raises OpenError (naming the URL) when it cannot be opened, TypeError for unknown options.
+    """
+    scheme = scheme_of(url)
+    if scheme == "file":
+        path = url[len("file://"):] if url.startswith("file://") else url
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG  # absent (or unreadable: opening the temporary file will say)
+        if stat.S_ISDIR(mode):
+            raise OpenError("is a directory", url=url)
+        if stat.S_ISREG(mode):
+            return LocalDestination(url, path, **options)
+    stream = gopen(url, "wb", **options)
+    return FsspecDestination(url, stream) if scheme not in SCHEMES else Destination(url, stream)
+
+
+class TarWriter:
+    """Write samples (dicts with "__key__" and fields) as members KEY.FIELD of one tar archive.
+
+    `dest` is a URL/path (opened with open_destination, completed or abandoned by us) or a binary file
+    object (flushed, left open). `str` values are written as UTF-8, bytes as they are, other values
+    encoded by extension (extcodec.encode_field; pickle only with allow_pickle=True). Fields whose
+    names start with "_" are not written unless keep_meta=True ("__key__" never is). Use as a context
+    manager: a normal exit completes the archive, an exception abandons it (see the module docstring).
+    """
+
+    def __init__(self, dest: str | os.PathLike | IO[bytes], *, compress: bool | None = None,
+                 encode: bool = True, allow_pickle: bool = False, mtime: int = 0,
+                 user: str = "bigdata", group: str = "bigdata", mode: int = 0o444,
+                 keep_meta: bool = False, **open_options: Any):
+        if isinstance(dest, (str, os.PathLike)):
+            self.url = os.fspath(dest)
+            self.dest = open_destination(self.url, **open_options)
+        elif hasattr(dest, "write"):
+            self.url = getattr(dest, "name", "<stream>")
+            self.dest = Destination(self.url, dest, owned=False)
+        else:
+            raise TypeError(f"dest must be a path, URL or binary file object, not {type(dest).__name__}")
+        if compress is None:
+            compress = str(self.url).endswith(_GZ_SUFFIXES)
+        try:
+            self.gzip = gzip.GzipFile(filename="", fileobj=self.dest, mode="wb", mtime=0) if compress else None
+            self.tar = tarfile.open(fileobj=self.gzip or self.dest, mode="w|", format=tarfile.PAX_FORMAT)
+        except BaseException:
+            self.dest.discard()  # a temporary file, upload or pipe opened above must not be left behind
+            raise
+        self.encode, self.allow_pickle, self.keep_meta = encode, allow_pickle, keep_meta
+        self.template = dict(mtime=int(mtime), uname=user, gname=group, mode=mode, uid=0, gid=0)
+        self.count = 0
+        self.size = 0
+        self.abandoned: str | None = None  # the sentence naming the shard, once abandoned
+        self.failure: BaseException | None = None  # the error of a write or close that broke it off
+
+    def __enter__(self) -> "TarWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        """Complete the archive, or abandon it when the block raised (noting that on the exception)."""
+        if exc is None:
+            self.close()
+        elif self.tar is not None:
+            _add_note(exc, self.abort())
+
+    def _fields(self, sample: dict[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
+        if not isinstance(sample, dict):
+            raise TypeError(f"a sample must be a dict, not {type(sample).__name__}")
+        key = sample.get("__key__")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"a sample needs a non-empty str '__key__', got {key!r}")
+        if "." in key.rsplit("/", 1)[-1]:
+            raise ValueError(f"'__key__' {key!r} has a dot in its last component: readers would split it")
+        fields = []
+        for name in sorted(sample):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"field names are non-empty str; sample {key!r} has {name!r}")
+            if name == "__key__" or (name.startswith("_") and not self.keep_meta):
+                continue
+            value = sample[name]
+            if self.encode:
+                data = encode_field(name, value, allow_pickle=self.allow_pickle)
+            elif isinstance(value, (bytes, bytearray, memoryview, str)):
+                data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            else:
+                raise TypeError(f"field {name!r} of {key!r} is {type(value).__name__}, not bytes (encode=False)")
+            fields.append((name, data))
+        return key, fields
+
+    def write(self, sample: dict[str, Any]) -> int:
+        """Append one sample; returns the number of content bytes written (headers excluded). A bad
+        sample raises before anything is written; an error while writing it abandons the archive."""
+        if self.tar is None:
+            state = "an abandoned" if self.abandoned else "a closed"
+            raise ValueError(f"write to {state} TarWriter ({self.url})")
+        key, fields = self._fields(sample)
+        try:
+            total = self._add(key, fields)
+        except BaseException as exn:
+            raise self._break_off(exn)
+        self.count += 1
+        return total
+
+    def _add(self, key: str, fields: list[tuple[str, bytes]]) -> int:
+        """Write the members of one sample; OS errors become OpenError naming the member."""
+        total = 0
+        for name, data in fields:
+            info = tarfile.TarInfo(f"{key}.{name}")
+            for attribute, value in self.template.items():
+                setattr(info, attribute, value)
+            info.size = len(data)
+            try:
+                self.tar.addfile(info, io.BytesIO(data))
+            except ShardError:
+                raise
+            except OSError as exn:
+                raise OpenError(f"write failed: {exn}", url=self.url, member=info.name) from exn
+            total += len(data)
+            self.size += 512 + len(data) + (-len(data) % 512)
+        return total
+
+    def _break_off(self, exn: BaseException) -> BaseException:
+        """Abandon the archive after `exn`; returns the error to raise (exn, or an OpenError naming the
+        shard for a bare OS error), noted with what was abandoned and kept as `failure`."""
+        error = exn
+        if isinstance(exn, OSError) and not isinstance(exn, ShardError):
+            error = OpenError(f"finishing the archive failed: {exn}", url=self.url)
+            error.__cause__ = exn
+        _add_note(error, self.abort())
+        self.failure = error
+        return error
+
+    def abort(self) -> str | None:
+        """Abandon the archive: it is never completed, and nothing appears under its URL where the kind
+        of destination allows (see the module docstring). Returns the sentence naming the shard and its
+        sample count (also `abandoned`), or None when the archive was completed. Idempotent."""
+        if self.tar is not None:
+            self.tar = None
+            self.dest.discard()
+            what = "nothing was left under that name" if self.dest.atomic else "its stream was cut off where it stood"
+            count = f"{self.count} sample" + "s" * (self.count != 1)
+            self.abandoned = f"abandoned shard {self.url} holding {count}: {what}"
+        return self.abandoned
+
+    def close(self) -> None:
+        """Finish the archive (end blocks, gzip trailer) and complete the destination; idempotent.
+        A failure here abandons the archive; after a failed write or close it raises ShardError."""
+        if self.tar is None:
+            _raise_if_failed(self.abandoned, self.failure)
+            return
+        try:
+            self.tar.close()
+            if self.gzip is not None:
+                self.gzip.close()
+            self.dest.commit()
+        except BaseException as exn:
+            raise self._break_off(exn)
+        self.tar = None
+
+
+def _raise_if_failed(abandoned: str | None, failure: BaseException | None) -> None:
+    """close() of a writer that a failed write or close abandoned: raise ShardError saying so."""
+    if failure is not None:
+        raise ShardError(f"close() after a failure ({failure}); {abandoned}") from failure
+
+
+class ShardWriter:
+    """Write samples into numbered shards `pattern % n` (e.g. "out-%06d.tar"), starting a new shard
+    when the current one holds `maxcount` samples or `maxsize` bytes. `shards` lists the URLs written
+    (a shard is opened on its first sample, so none is empty); `post(url)` runs after each is completed.
+    An exception leaving the `with` block, abort(), or a failed write abandons the current shard (see
+    the module docstring) and stops the writer; completed shards stay. Other options go to TarWriter.
+    """
+
+    def __init__(self, pattern: str, maxcount: int = 100000, maxsize: float = 3e9, *,
+                 start_shard: int = 0, post: Callable[[str], Any] | None = None,
+                 verbose: bool = False, **writer_options: Any):
+        if not isinstance(pattern, str) or "%" not in pattern:
+            raise ValueError(f"pattern needs a %-format for the shard number, like 'out-%06d.tar': {pattern!r}")
+        try:
+            pattern % 0
+        except (TypeError, ValueError):
+            raise ValueError(f"pattern must take one integer with %: {pattern!r}") from None
+        if maxcount < 1 or maxsize < 1:
+            raise ValueError(f"maxcount and maxsize must be positive, got {maxcount} and {maxsize}")
+        self.pattern, self.maxcount, self.maxsize = pattern, int(maxcount), float(maxsize)
+        self.next_shard, self.post, self.verbose = start_shard, post, verbose
+        self.writer_options = writer_options
+        self.writer: TarWriter | None = None
+        self.shards: list[str] = []
+        self.total = 0
+        self.stopped = False  # by abort() or an abandoned shard: no more writes
+        self.abandoned: str | None = None
+        self.failure: BaseException | None = None
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        """Complete the current shard, or abandon it when the block raised (noting that on the exception)."""
+        if exc is None:
+            self.close()
+        elif self.writer is not None:
+            _add_note(exc, self.abort())
+
+    def _next_writer(self) -> TarWriter:
+        self._finish()
+        url = self.pattern % self.next_shard
+        self.next_shard += 1
+        if self.verbose:
+            print(f"# writing {url}", flush=True)
+        self.writer = TarWriter(url, **self.writer_options)
+        self.shards.append(url)
+        return self.writer
+
+    def write(self, sample: dict[str, Any]) -> int:
+        """Append one sample to the current shard (starting a new one when full); returns its bytes."""
+        if self.stopped:
+            raise ValueError(f"write to a ShardWriter that was stopped ({self.abandoned or 'abort()'})")
+        writer = self.writer
+        if writer is None or writer.count >= self.maxcount or writer.size >= self.maxsize:
+            writer = self._next_writer()
+        try:
+            size = writer.write(sample)
+        except BaseException:
+            if writer.abandoned is not None:
+                self._lost(writer)
+            raise
+        self.total += 1
+        return size
+
+    def _lost(self, writer: TarWriter) -> None:
+        """`writer`'s shard was abandoned: forget it, remember why, and stop."""
+        if self.writer is writer:
+            self.writer = None
+        if writer.url in self.shards:
+            self.shards.remove(writer.url)
+        self.abandoned, self.failure, self.stopped = writer.abandoned, writer.failure, True
+
+    def _finish(self) -> None:
+        writer = self.writer
+        if writer is not None:
+            try:
+                writer.close()
+            except BaseException:
+                self._lost(writer)
+                raise
+            self.writer = None
+            if self.post is not None:
+                self.post(writer.url)
+
+    def abort(self) -> str | None:
+        """Abandon the current shard (completed ones stay; `post` does not run for it) and stop the writer.
+        Returns the sentence naming the shard and its sample count (also `abandoned`), or None."""
+        self.stopped = True
+        if self.writer is not None:
+            self.writer.abort()
+            self._lost(self.writer)
+        return self.abandoned
+
+    def close(self) -> None:
+        """Complete the current shard (running `post`); idempotent. After a failed write it raises ShardError."""
+        _raise_if_failed(self.abandoned, self.failure)
+        self._finish()

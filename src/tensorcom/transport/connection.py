@@ -1,0 +1,386 @@
+"""`Connection`: send and receive batches of tensors over ZeroMQ (tensorcom 0.1's API, extended).
+
+One Connection owns one ZeroMQ socket, bound and/or connected to every endpoint of its URL(s) (see
+`tensorcom.urls` for the grammar; all URLs of one Connection must use the same socket type). Sending
+encodes with `tensorcom.wire` (protocol 2 by default, pure tenbin v1 with `protocol=1`) and hands
+the frames to ZeroMQ without copying; receiving takes frames without copying and decodes arrays as
+views of them. Messages of both protocols are accepted without being told which.
+
+End of an epoch, on the receiving side: a sender's `end_epoch()` / the end of its `serve()` sends an
+end-of-epoch marker carrying the sender's id, a `group` (default: none, i.e. a group of its own) and
+`group_size`. A group is complete when markers from `group_size` distinct senders of that group have
+arrived. `for batch in conn` ends when as many groups are complete as the connection expects (one
+per endpoint it connects to, plus `senders` (default 1) if it binds) and no sender that sent batches
+in this pass is still in the middle of its epoch: N independent servers feeding one bound socket end
+the pass after all N markers, as long as each has been heard from before the first of them ends.
+Markers that arrive early are kept for the next pass, and so are the batches of a sender that has
+already ended the current pass (up to MAX_HELD_MESSAGES / MAX_HELD_BYTES, after which they are let
+through with a warning), so a fast sender's next epoch never leaks into this one. A stream without
+markers (a tensorcom 0.1 server) never ends by itself; a pass also ends after `epoch` batches (so it
+yields at most `len(conn)` batches), after `total` samples over the connection's life (when > 0),
+or with `RecvTimeout` after `timeout` seconds of silence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import socket as _socket
+import sys
+import warnings
+from collections import deque
+from typing import Any, Iterable, Iterator
+
+from tensorcom import settings, urls, wire
+from tensorcom.errors import DecodeError, TransportError
+from tensorcom.transport import _sockets as sockets
+from tensorcom.transport.batches import (
+    batch_size,
+    listify,
+    prepare_batch,
+    resolve_converters,
+    transform_with,
+)
+from tensorcom.transport.stats import SequenceTracker, Statistics
+
+DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
+SEND_LINGER = 10.0  # seconds close() waits for queued outgoing messages on a sending socket
+MAX_HELD_MESSAGES = 100  # next-epoch messages kept back while other senders finish (see _next_message)
+MAX_HELD_BYTES = 1 << 30
+EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    """`value` if it is an int >= low, else ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def _check_options(protocol: Any, timeout: Any, group: Any) -> None:
+    """ValueError/TypeError for a bad protocol, timeout or group."""
+    if protocol not in (1, 2):
+        raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    if group is not None and not isinstance(group, str):
+        raise TypeError(f"group must be a str or None, got {group!r}")
+
+
+class Connection:
+    """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
+
+    0.1 arguments: url (str, brace-expanded unless noexpand, or a list), epoch (len(conn), and the most
+    batches one pass yields), total (stop after this many samples in all, when > 0), multipart (False:
+    one frame per message), infos (per-tensor labels, protocol 1 and list batches), device (None: numpy;
+    else a torch device to convert to), allow64 (permit 64-bit arrays on send), raw (recv returns the
+    undecoded frames), batch_transforms and converters (functions per field; converters may be "torch",
+    "torch_cuda", "numpy"), batch_count (count samples, not batches), report (print stats to stderr
+    every N samples while iterating), stats_horizon (window for recent rates).
+    New, keyword only: timeout (seconds; recv raises RecvTimeout, send TransportError; None waits),
+    sndhwm / rcvhwm (high-water marks, messages), protocol (1 or 2), max_message_size (bytes; default
+    settings.max_message_size()), group / group_size (carried by end-of-epoch markers), senders (groups
+    expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)).
+    """
+
+    def __init__(self, url: Any = None, epoch: int = 100000, total: int = -1, multipart: bool = True,
+                 infos: Any = None, device: str | None = None, allow64: bool = False, raw: bool = False,
+                 batch_transforms: Any = None, batch_count: bool = True, converters: Any = None,
+                 report: int = -1, stats_horizon: int = 1000, noexpand: bool = False, *,
+                 timeout: float | None = None, sndhwm: int = DEFAULT_HWM, rcvhwm: int = DEFAULT_HWM,
+                 protocol: int = 2, max_message_size: int | None = None, group: str | None = None,
+                 group_size: int = 1, senders: int = 1, topic: str = ""):
+        _check_options(protocol, timeout, group)
+        self.epoch, self.total = _check_int("epoch", epoch, 1), total
+        self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
+        self.raw, self.batch_count, self.report, self.noexpand = raw, batch_count, report, noexpand
+        self.batch_transforms = listify(batch_transforms)
+        self.converters = resolve_converters(converters, device)
+        self.timeout, self.protocol, self.group = timeout, protocol, group
+        self.sndhwm, self.rcvhwm = _check_int("sndhwm", sndhwm, 0), _check_int("rcvhwm", rcvhwm, 0)
+        self.group_size = _check_int("group_size", group_size, 1)
+        self.senders = _check_int("senders", senders, 1)
+        limit = settings.max_message_size() if max_message_size is None else max_message_size
+        self.max_message_size = _check_int("max_message_size", limit, 1)
+        self._timeout_hint = ""  # ZeroMQ drops a frame over the limit without telling the receiver
+        if limit < settings.DEFAULT_MAX_MESSAGE_SIZE:
+            self._timeout_hint = (f" (a message with a frame over max_message_size={limit} bytes is "
+                                  "refused by ZeroMQ and never arrives)")
+        self.stats = Statistics(stats_horizon)
+        self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.socket = None
+        self.endpoints: list[urls.Endpoint] = []
+        self.addresses: list[str] = []
+        self.count = 0  # samples received
+        self.epoch_number = 0  # epochs ended (sent with end_epoch, or completed on receipt)
+        self.batch_size = 1
+        self.sampler = self.batch_sampler = None  # what DataLoader-like consumers look for
+        self._seq = 0
+        self._received = 0  # messages taken from the socket, for error messages
+        self._tracker = SequenceTracker()
+        self._markers: dict[Any, dict] = {}  # group key -> {"size": n, "senders": {sender: count}}
+        self._ended: set[str] = set()  # senders whose marker for the current pass has arrived
+        self._active: set[str] = set()  # senders that sent batches in this pass and have not ended it
+        self._backlog: deque = deque()  # held messages to process before reading the socket again
+        self._held: list = []  # messages from senders in _ended, for the next pass
+        self._context = None
+        self._closed = False
+        if url is not None:
+            try:
+                self.connect(url, topic=topic)
+            except BaseException:
+                self.close()
+                raise
+
+    # ---- setup and teardown -------------------------------------------------------------------
+
+    def connect(self, url: Any, topic: str = "") -> None:
+        """Bind or connect to every endpoint of `url` (a str, brace-expanded unless noexpand, or a
+        list); `topic` is the subscription for SUB endpoints without their own `#topic`."""
+        if self._closed:
+            raise TransportError("connect on a closed Connection", str(url))
+        endpoints = [self._endpoint(e, topic) for e in urls.parse_all(url, self.noexpand)]
+        for endpoint in endpoints:
+            self._check_compatible(endpoint, self.endpoints + endpoints)
+        for endpoint in endpoints:
+            if self.socket is None:
+                self._context = sockets.acquire_context()
+                self.socket = sockets.make_socket(
+                    self._context, endpoint.socket_type, sndhwm=self.sndhwm, rcvhwm=self.rcvhwm,
+                    timeout=self.timeout, max_message_size=self.max_message_size)
+            self.addresses.append(sockets.attach(self.socket, endpoint))
+            self.endpoints.append(endpoint)
+
+    @staticmethod
+    def _endpoint(endpoint: urls.Endpoint, topic: str) -> urls.Endpoint:
+        """Refuse the sharing schemes; give SUB endpoints without a #topic the connect() topic."""
+        if endpoint.sharing:
+            raise TransportError(f"{endpoint.scheme}:// is the sharing protocol, which Connection "
+                                 "does not speak; use the sharing API", endpoint.url)
+        if topic and endpoint.socket_type == "SUB" and not endpoint.topic:
+            return dataclasses.replace(endpoint, topic=topic)
+        return endpoint
+
+    @staticmethod
+    def _check_compatible(endpoint: urls.Endpoint, others: list) -> None:
+        """All endpoints of one Connection share a socket type and (for PUB/SUB) topic use."""
+        first = others[0]
+        if endpoint.socket_type != first.socket_type:
+            raise ValueError(f"{endpoint.url} ({endpoint.socket_type}) cannot share a Connection with "
+                             f"{first.url} ({first.socket_type})")
+        same_topic = endpoint.topic == first.topic if first.socket_type == "PUB" else True
+        if bool(endpoint.topic) != bool(first.topic) or not same_topic:
+            raise ValueError(f"{endpoint.url} and {first.url} must use the same topic setting")
+
+    @property
+    def url(self) -> str:
+        """The connection's URLs, comma-separated (used in error messages)."""
+        return ",".join(e.url for e in self.endpoints) or "<not connected>"
+
+    def close(self, linger: float | None = None) -> None:
+        """Close the socket and release the shared context; safe to call twice. Queued outgoing
+        messages get up to `linger` seconds to leave (default: SEND_LINGER for a sending socket, so
+        the end of a stream is not lost; 0 for a receiving one)."""
+        if self._closed:
+            return
+        self._closed = True
+        if linger is None:
+            linger = SEND_LINGER if self.endpoints and self.endpoints[0].sends else 0.0
+        if self.socket is not None:
+            self.socket.close(linger=int(max(linger, 0.0) * 1000))
+            self.socket = None
+            sockets.release_context()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        """0.1's `epoch` argument."""
+        return self.epoch
+
+    def _live_socket(self) -> Any:
+        if self.socket is None:
+            raise TransportError("Connection is closed or not connected", self.url)
+        return self.socket
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    def send(self, batch: Any, *, allow64: bool | None = None) -> None:
+        """Send one batch: a list/tuple of arrays (protocol 1 or 2) or a dict of fields (protocol 2);
+        leaves may be numpy arrays, torch tensors (sent as numpy) or plain values (protocol 2)."""
+        batch = prepare_batch(batch, self.allow64 if allow64 is None else allow64)
+        frames = wire.encode_batch(batch, seq=self._seq, epoch=self.epoch_number, sender=self.sender,
+                                   protocol=self.protocol, infos=self.infos)
+        nbytes = self._send_frames(frames)
+        self._seq += 1
+        self.stats.add(nbytes, batch_size(batch))
+
+    write = send
+
+    def _send_frames(self, frames: list, copies: int = 1) -> int:
+        """Send a message `copies` times (single-buffer form unless multipart); returns its size."""
+        if not self.multipart:
+            frames = [wire.frames_to_buffer(frames)]
+        nbytes = sum(memoryview(f).nbytes for f in frames)
+        topic = self.endpoints[0].topic if self.endpoints and self.endpoints[0].socket_type == "PUB" else ""
+        if topic:
+            frames = [topic.encode(), *frames]
+        sock = self._live_socket()
+        with sockets.translated(self.url, self.timeout, "send"):
+            for _ in range(copies):
+                sock.send_multipart(frames, copy=False)
+        return nbytes
+
+    def end_epoch(self) -> None:
+        """Send an end-of-epoch marker (protocol 2; with protocol 1 nothing is sent) and start the next
+        epoch. A PUSH socket sends one marker per endpoint so that, round-robin, each peer gets one."""
+        if self.protocol == 2:
+            frames = wire.encode_end_of_epoch(seq=self._seq, epoch=self.epoch_number, sender=self.sender,
+                                              group=self.group, group_size=self.group_size)
+            push = self.endpoints and self.endpoints[0].socket_type == "PUSH"
+            self._send_frames(frames, copies=len(self.endpoints) if push else 1)
+        self.epoch_number += 1
+
+    def serve(self, source: Iterable, *, report: int = -1) -> int:
+        """Send every batch of `source`, then an end-of-epoch marker; returns the number of batches.
+        `report` > 0 prints statistics to stderr every `report` samples."""
+        sent = samples = 0
+        next_report = report
+        for batch in source:
+            self.send(batch)
+            sent += 1
+            samples += self.batchsize(batch)
+            if report > 0 and samples >= next_report:
+                print(f"sent {samples} {self.stats.summary()}", file=sys.stderr)
+                next_report += report
+        self.end_epoch()
+        return sent
+
+    # ---- receiving ----------------------------------------------------------------------------
+
+    def _recv_message(self) -> Any:
+        """The next message: a wire.Message, or the frames themselves when `raw`."""
+        sock = self._live_socket()
+        with sockets.translated(self.url, self.timeout, "receive", self._timeout_hint):
+            frames = sock.recv_multipart(copy=False)
+        buffers = [frame.buffer for frame in frames]
+        if self.endpoints[0].topic:
+            buffers = buffers[1:]
+        self._received += 1
+        if self.raw:
+            self.stats.add(sum(b.nbytes for b in buffers), 1)
+            return buffers
+        try:
+            return wire.decode_message(buffers, max_size=self.max_message_size)
+        except DecodeError as exc:  # name the URL and the message; keep the class and the frame index
+            error = type(exc)(f"{self.url}: message {self._received}: {exc}")
+            error.index = exc.index
+            raise error from exc
+
+    def _accept(self, message: Any) -> Any:
+        """Account for a received batch message and return its batch, transformed and converted."""
+        self._tracker.batch(message.sender, message.seq)
+        self.stats.dropped = self._tracker.dropped
+        if message.sender is not None:
+            self._active.add(message.sender)
+        batch = message.batch
+        if isinstance(batch, tuple):
+            batch = list(batch)
+        self.batch_size = self.batchsize(batch)
+        self.stats.add(message.nbytes, self.batch_size)
+        self.count += self.batch_size
+        batch = transform_with(batch, self.batch_transforms)
+        return transform_with(batch, self.converters)
+
+    def _expected_groups(self) -> int:
+        """How many complete marker groups end an epoch: connected endpoints, plus `senders` if bound."""
+        connected = sum(1 for e in self.endpoints if not e.bind)
+        return connected + (self.senders if any(e.bind for e in self.endpoints) else 0)
+
+    def _note_marker(self, message: Any) -> bool:
+        """Record an end-of-epoch marker; True when it completes the epoch (see the module docstring)."""
+        self._tracker.marker(message.sender, message.seq)
+        self.stats.dropped = self._tracker.dropped
+        self._ended.add(message.sender)
+        self._active.discard(message.sender)
+        key = ("group", message.group) if message.group is not None else ("sender", message.sender)
+        entry = self._markers.setdefault(key, {"size": message.group_size, "senders": {}})
+        entry["senders"][message.sender] = entry["senders"].get(message.sender, 0) + 1
+        complete = [e for e in self._markers.values() if len(e["senders"]) >= e["size"]]
+        if len(complete) < self._expected_groups() or self._active:
+            return False
+        for entry in complete:  # consume one marker of each sender of each complete group
+            self._ended.difference_update(entry["senders"])
+            entry["senders"] = {s: n - 1 for s, n in entry["senders"].items() if n > 1}
+        self._markers = {k: e for k, e in self._markers.items() if e["senders"]}
+        self._backlog.extendleft(reversed(self._held))
+        self._held.clear()
+        self.epoch_number += 1
+        return True
+
+    def _next_message(self) -> Any:
+        """The next message to process: held-back ones first, then the socket. A message from a sender
+        that already ended the current pass is held for the next pass, within the held limits."""
+        while True:
+            message = self._backlog.popleft() if self._backlog else self._recv_message()
+            if self.raw or message.sender is None or message.sender not in self._ended:
+                return message
+            if len(self._held) >= MAX_HELD_MESSAGES or sum(m.nbytes for m in self._held) >= MAX_HELD_BYTES:
+                warnings.warn(f"{self.url}: senders are more than {len(self._held)} messages apart in "
+                              "their epochs; later epochs' batches are delivered in this pass",
+                              RuntimeWarning, stacklevel=3)
+                return message
+            self._held.append(message)
+
+    def _next_batch(self) -> Any:
+        """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the
+        epoch; markers that do not complete it are recorded and skipped."""
+        while True:
+            message = self._next_message()
+            if self.raw:
+                return message
+            if message.kind != "end_of_epoch":
+                return self._accept(message)
+            if self._note_marker(message):
+                return EPOCH_END
+
+    def recv(self) -> Any:
+        """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
+        when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
+        batch = self._next_batch()
+        while batch is EPOCH_END:
+            batch = self._next_batch()
+        return batch
+
+    def items(self, report: int | None = None) -> Iterator[Any]:
+        """Iterate over the batches of one epoch (see the module docstring for when it ends).
+        `report` > 0 (default: the constructor's) prints statistics to stderr every `report` samples."""
+        report = self.report if report is None else report
+        yielded, next_report = 0, report
+        while yielded < self.epoch:
+            if 0 < self.total <= self.count:
+                return
+            batch = self._next_batch()
+            if batch is EPOCH_END:
+                return
+            yielded += 1
+            if report > 0 and self.count >= next_report:
+                print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
+                next_report += report
+            yield batch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.items()
+
+    def batchsize(self, batch: Any) -> int:
+        """Samples in `batch` (1 when batch_count is False)."""
+        return batch_size(batch) if self.batch_count else 1
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self.endpoints)} endpoint(s)"
+        return f"<Connection {self.url} protocol={self.protocol} {state}>"
+

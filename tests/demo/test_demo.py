@@ -1,0 +1,133 @@
+"""`tensorcom demo` end to end as a real subprocess: it trains to >= 90% held-out accuracy with torch and
+with numpy, prints the manual commands, and leaves no server process behind when interrupted or killed."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tensorcom.demo.trainer import torch_available
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+BIN = Path(sys.executable).parent
+DEMO = [str(BIN / "tensorcom")] if (BIN / "tensorcom").exists() else [sys.executable, "-m", "tensorcom.cli.main"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> dict:
+    """Environment with TENSORCOM_CACHE in a temp dir holding the demo dataset (made once here)."""
+    from tensorcom.demo.data import make_demo_dataset
+
+    root = tmp_path_factory.mktemp("cache")
+    env = {**os.environ, "TENSORCOM_CACHE": str(root)}
+    old = os.environ.get("TENSORCOM_CACHE")
+    os.environ["TENSORCOM_CACHE"] = str(root)
+    try:
+        make_demo_dataset(size=64)
+    finally:
+        os.environ.pop("TENSORCOM_CACHE") if old is None else os.environ.__setitem__("TENSORCOM_CACHE", old)
+    return env
+
+
+def run_demo(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*DEMO, "demo", *args], env=env, capture_output=True, text=True, timeout=110)
+
+
+def accuracy(stdout: str) -> float:
+    match = re.search(r"^held-out accuracy: ([\d.]+)%$", stdout, re.M)
+    assert match, stdout
+    return float(match.group(1))
+
+
+def test_demo_trains_to_90_percent(cache):
+    result = run_demo(cache)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert accuracy(result.stdout) >= 90
+    assert re.search(r"^  serve-imagenet-dir -d \S+ -b 32 --size 64 .*zpush://127\.0\.0\.1:\d+$", result.stdout, re.M)
+    assert re.search(r"^  tensormon zpull://127\.0\.0\.1:\d+", result.stdout, re.M)
+    assert re.search(r"^epoch 2/2: 2000 images in [\d.]+ s \(\d+ img/s\)", result.stdout, re.M)
+    expected = "torch" if torch_available() else "numpy"
+    assert f"training a {expected} classifier" in result.stdout
+
+
+def test_demo_numpy_backend(cache):
+    result = run_demo(cache, "--no-torch", "--epochs", "1", "--batch-size", "64", "--seed", "3", "--workers", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "training a numpy classifier" in result.stdout
+    assert "epoch 1/1: 2000 images" in result.stdout  # both publishers' halves, one epoch
+    assert accuracy(result.stdout) >= 90
+
+
+def test_demo_fails_when_accuracy_is_too_low(cache):
+    result = run_demo(cache, "--no-torch", "--epochs", "1", "--min-accuracy", "1.0", "--size", "16")
+    assert result.returncode in (0, 1)  # a 16-pixel run rarely reaches 100%
+    assert (result.returncode == 0) == (accuracy(result.stdout) >= 100)
+
+
+def test_demo_bad_argument(cache):
+    result = run_demo(cache, "--epochs", "0")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def children_of(pid: int) -> set[int]:
+    """Live (non-zombie) descendants of `pid`, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """The pids of `pids` that still run (not gone, not zombies)."""
+    result = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            result.add(pid)
+    return result
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_no_orphan_server_when_interrupted(cache, popen, how):
+    proc = popen.start([*DEMO, "demo", "--epochs", "50", "--no-torch"], env=cache, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # wait until the server runs and training has begun
+        if line.startswith("training a"):
+            break
+    deadline = time.monotonic() + 20
+    servers: set[int] = set()
+    while time.monotonic() < deadline and len(servers) < 2:  # the server and its publisher process
+        servers = children_of(proc.pid)
+        time.sleep(0.2)
+    assert len(servers) >= 2, servers
+    os.kill(proc.pid, how)
+    status = proc.wait(timeout=30)
+    assert status == (130 if how == signal.SIGINT else -signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while alive(servers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(servers)

@@ -1,0 +1,103 @@
+"""The demo's classifier: both backends learn a tiny separable image problem and reject bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorcom.demo.trainer import (
+    NumpyTrainer,
+    make_trainer,
+    pooled_features,
+    torch_available,
+)
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """TorchTrainer sets torch's process-wide thread count; put it back for the other tests."""
+    if not torch_available():
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+COLOURS = np.array([[220, 40, 40], [40, 200, 40], [40, 40, 220]], np.uint8)
+
+
+def blobs(n: int, seed: int, size: int = 24) -> tuple[np.ndarray, np.ndarray]:
+    """n noisy grey images, each with a square of its class's colour at a random place and size."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, len(COLOURS), n)
+    images = rng.integers(90, 160, (n, size, size, 3)).astype(np.uint8)
+    for image, label in zip(images, labels):
+        side = rng.integers(5, 12)
+        y, x = rng.integers(0, size - side, 2)
+        image[y : y + side, x : x + side] = COLOURS[label]
+    return images, labels.astype(np.int32)
+
+
+def train(trainer, steps: int = 60) -> float:
+    """Train on fresh batches, return accuracy on a held-out set."""
+    for i in range(steps):
+        trainer.step(*blobs(32, seed=i))
+    return trainer.accuracy(*blobs(300, seed=10_000))
+
+
+def test_numpy_trainer_learns():
+    trainer = make_trainer(3, backend="numpy", seed=1)
+    assert trainer.backend == "numpy"
+    first = trainer.step(*blobs(32, seed=99))
+    assert train(trainer) >= 0.95
+    assert trainer.step(*blobs(32, seed=98)) < first
+
+
+@pytest.mark.skipif(not torch_available(), reason="torch not installed")
+def test_torch_trainer_learns():
+    trainer = make_trainer(3, backend="torch", seed=1)
+    assert trainer.backend == "torch"
+    assert train(trainer) >= 0.95
+    predictions = trainer.predict(blobs(5, seed=3)[0])
+    assert predictions.shape == (5,) and predictions.dtype == np.int64
+
+
+def test_auto_backend_matches_availability():
+    assert make_trainer(4).backend == ("torch" if torch_available() else "numpy")
+
+
+def test_numpy_is_deterministic_per_seed():
+    a, b = make_trainer(3, backend="numpy", seed=5), make_trainer(3, backend="numpy", seed=5)
+    batch = blobs(16, seed=0)
+    assert a.step(*batch) == b.step(*batch)
+    assert np.array_equal(a.predict(batch[0]), b.predict(batch[0]))
+
+
+def test_features_have_fixed_width_for_any_size():
+    small = pooled_features(np.zeros((2, 24, 24, 3), np.float32))
+    large = pooled_features(np.zeros((2, 64, 48, 3), np.float32))
+    assert small.shape == large.shape == (2, 8 * 8 * 3 + 6 + 64)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"classes": 1}, {"classes": "3"}, {"classes": 3, "backend": "jax"}],
+)
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        make_trainer(**kwargs)
+
+
+def test_bad_batches():
+    trainer = NumpyTrainer(3)
+    with pytest.raises(ValueError, match="predict"):
+        trainer.predict(np.zeros((1, 8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"\(N, H, W, C\)"):
+        trainer.step(np.zeros((4, 8, 8), np.uint8), np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match="labels"):
+        trainer.step(np.zeros((4, 8, 8, 3), np.uint8), np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="labels"):
+        trainer.step(np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4, np.float32))

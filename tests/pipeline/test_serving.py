@@ -1,0 +1,252 @@
+"""tensorcom.serve: worker processes sending disjoint shares to real sockets on 127.0.0.1."""
+
+import os
+import signal
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_workers import alive, descendants
+
+from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.pipeline import Pipeline
+from tensorcom.pipeline.serving import assign_urls, serve
+from tensorcom.transport.connection import Connection
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+
+def to_sample(i):
+    return {"__key__": f"s{i:04d}", "x": np.full(4, i, np.int32), "i": np.int32(i)}
+
+
+def make_pipeline():
+    """A factory for serve("test_serving:make_pipeline", ...)."""
+    return Pipeline(range(40)).map(to_sample).batch(5)
+
+
+def fail_on_13(sample):
+    if sample["i"] == 13:
+        raise ValueError("thirteen is unlucky")
+    return sample
+
+
+def die_on_13(sample):
+    if sample["i"] == 13:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return sample
+
+
+def slow(sample):
+    time.sleep(0.005)
+    return sample
+
+
+def add_rss(batch):
+    with open("/proc/self/statm") as f:
+        batch["rss"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return batch
+
+
+def in_thread(*args, **kwargs):
+    """Run serve(*args, **kwargs) in a thread; returns (thread, result dict with "stats" or "error")."""
+    result = {}
+
+    def run():
+        try:
+            result["stats"] = serve(*args, **kwargs)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def received_ids(batches):
+    return sorted(int(i) for b in batches for i in b["i"])
+
+
+def test_connecting_workers_share_one_group_per_epoch(free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = in_thread("test_serving:make_pipeline", f"zpush://127.0.0.1:{port}", workers=3,
+                                   epochs=2, report=None)
+        first, second = list(conn), list(conn)
+        thread.join(timeout=30)
+    # both passes end (3 markers each), and each holds exactly one epoch: a worker that finishes its
+    # part first has its next epoch's batches held back until the others end theirs
+    assert received_ids(first) == list(range(40)) and received_ids(second) == list(range(40))
+    assert "error" not in result and result["stats"]["batches"] == len(first) + len(second)
+    assert result["stats"]["samples"] == 80
+
+
+def test_binding_urls_one_per_worker(free_port):
+    ports = [free_port(), free_port()]
+    pipeline = Pipeline(range(30)).map(to_sample).batch(4)
+    thread, result = in_thread(pipeline, [f"zrpush://127.0.0.1:{p}" for p in ports], report=None)
+    with Connection([f"zrpull://127.0.0.1:{p}" for p in ports], timeout=30) as conn:
+        batches = list(conn)
+    thread.join(timeout=30)
+    assert received_ids(batches) == list(range(30)) and result["stats"]["workers"] == 2
+
+
+def test_url_rules():
+    assert assign_urls("zpush://127.0.0.1:7000", 3) == ([["zpush://127.0.0.1:7000"]] * 3, False)
+    assert assign_urls("zpub://127.0.0.1:700{0..1}", None)[0] == [["zpub://127.0.0.1:7000"], ["zpub://127.0.0.1:7001"]]
+    with pytest.raises(ValueError, match="one URL per worker"):
+        assign_urls("zpub://127.0.0.1:7000", 2)
+    with pytest.raises(ValueError, match="sending scheme"):
+        assign_urls("zpull://127.0.0.1:7000", 1)
+    with pytest.raises(ValueError, match="sharing"):
+        assign_urls("zshare://127.0.0.1:7000", 1)
+    with pytest.raises(ValueError, match="inproc"):
+        assign_urls("zpush+inproc://x", 1)
+    with pytest.raises(ValueError, match="all bind or all connect"):
+        assign_urls(["zpub://127.0.0.1:7000", "zpush://127.0.0.1:7001"], 2)
+
+
+def test_bad_pipelines_fail_in_the_parent():
+    with pytest.raises(TypeError, match="module-level"):
+        serve(Pipeline(range(3)).map(lambda x: x), "zpush://127.0.0.1:7000")
+    with pytest.raises(ValueError, match="MODULE:FUNCTION"):
+        serve("no_colon_here", "zpush://127.0.0.1:7000")
+    with pytest.raises(ValueError, match="cannot load"):
+        serve("test_serving:no_such_factory", "zpush://127.0.0.1:7000")
+
+
+def test_worker_exception_reaches_the_parent_with_key_and_traceback(free_port):
+    port = free_port()
+    pipeline = Pipeline(range(40)).map(to_sample).map(fail_on_13).batch(2)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30):
+        before = set(descendants(os.getpid()))
+        with pytest.raises(WorkerError) as info:
+            serve(pipeline, f"zpush://127.0.0.1:{port}", workers=2, report=None)
+    assert info.value.key == "s0013" and "fail_on_13" in info.value.remote_traceback
+    assert "thirteen is unlucky" in str(info.value)
+    assert [p for p in set(descendants(os.getpid())) - before if alive(p)] == []
+
+
+def test_killed_worker_is_reported_within_seconds(free_port):
+    port = free_port()
+    pipeline = Pipeline(range(10**6)).map(to_sample).map(die_on_13).batch(2)
+    start = time.monotonic()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", workers=2, report=None)
+        while thread.is_alive():
+            try:
+                conn.recv()
+            except TimeoutError:
+                break
+            thread.join(timeout=0.001)
+    thread.join(timeout=30)
+    assert isinstance(result.get("error"), WorkerDied), result
+    assert "signal 9" in str(result["error"]) and time.monotonic() - start < 20
+
+
+def test_rate_report_callback_and_stderr(free_port, capfd):
+    port = free_port()
+    reports = []
+    pipeline = Pipeline(range(60)).map(to_sample).map(slow).batch(3)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", report=0.1, on_report=reports.append)
+        assert received_ids(list(conn)) == list(range(60))
+        thread.join(timeout=30)
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = in_thread(make_pipeline(), f"zpush://127.0.0.1:{port}", report=0.1)
+        assert len(list(conn)) == 8
+        thread.join(timeout=30)
+    assert reports and reports[-1]["batches"] == 20 and any(r["samples_per_s"] > 0 for r in reports)
+    assert "batches/s" in capfd.readouterr().err
+
+
+def test_report_counts_an_epoch_while_the_next_one_is_blocked(free_port):
+    """A short epoch followed by a send that blocks (nobody reads) still shows in the reports."""
+    port = free_port()
+    reports = []
+    big = Pipeline(range(8)).map(big_sample).batch(2)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        thread, result = in_thread(big, f"zpush://127.0.0.1:{port}", epochs=3, report=0.05,
+                                   on_report=reports.append, connection_options={"sndhwm": 1})
+        assert len(list(conn)) == 4  # one epoch; the next epoch's sends now block
+        time.sleep(1.0)
+        assert reports and max(r["batches"] for r in reports) >= 4
+        assert len(list(conn)) == 4 and len(list(conn)) == 4
+        thread.join(timeout=30)
+    assert result["stats"]["batches"] == 12
+
+
+def big_sample(i):
+    return {"i": np.int32(i), "x": np.zeros(1 << 20, np.uint8)}
+
+
+PARENT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_serving import to_sample, slow
+    from tensorcom.pipeline import Pipeline
+    from tensorcom.pipeline.serving import serve
+    if __name__ == "__main__":
+        pipeline = Pipeline(range(10**9)).map(to_sample).map(slow, workers=1, processes=True).batch(2)
+        serve(pipeline, "zpush://127.0.0.1:{port}", workers=2, epochs=None, report=None)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_kill_or_ctrl_c_of_the_serving_parent_leaves_no_orphan(popen, tmp_path, free_port, sig):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT.format(tests=os.path.dirname(__file__), port=free_port()))
+    parent = popen.python(str(script))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(descendants(parent.pid)) < 4:  # 2 servers + 2 map workers
+        time.sleep(0.1)
+    children = descendants(parent.pid)
+    assert len(children) >= 4
+    os.kill(parent.pid, sig)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(alive(p) for p in children):
+        time.sleep(0.05)
+    assert [p for p in children if alive(p)] == []
+
+
+def test_worker_memory_steady_over_thousands_of_batches(free_port):
+    port = free_port()
+    pipeline = Pipeline(range(24000)).map(to_sample).batch(8).map(add_rss)
+    rss = []
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=60) as conn:
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", report=None)
+        for batch in conn:
+            rss.append(int(batch["rss"]))
+        thread.join(timeout=30)
+    assert len(rss) == 3000
+    growth = max(rss[500:]) - rss[500]
+    assert growth < 20 * 2**20, f"worker RSS grew by {growth / 2**20:.1f} MiB over 2500 batches"
+
+
+def test_factory_module_in_the_current_directory(tmp_path, monkeypatch, free_port):
+    (tmp_path / "my_feed.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from tensorcom.pipeline import Pipeline
+
+        def ident(i):
+            return np.full(2, i, np.int32), np.int32(i)
+
+        def make():
+            return Pipeline(range(9)).map(ident).batch(3)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=10) as conn:
+        thread, result = in_thread("my_feed:make", f"zpush://127.0.0.1:{port}", workers=2, report=None)
+        try:
+            batches = list(conn)
+        finally:
+            thread.join(timeout=30)
+            assert "error" not in result, result
+    assert sorted(int(x) for b in batches for x in b[1]) == list(range(9))
+    assert all(np.array_equal(b[0][:, 0], b[1]) for b in batches)
