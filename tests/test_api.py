@@ -27,3 +27,10 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_adapters_are_attributes_but_not_star_exported():
+    import tensorcom.adapters.torch
+
+    assert "torch" not in tensorcom.__all__
+    assert tensorcom.torch is tensorcom.adapters.torch

@@ -40,6 +40,27 @@ def test_numpy_converter_transposes_torch_images():
     assert tuple(back.shape) == (2, 3, 5, 7) and back.dtype == torch.float32
 
 
+def test_01_torch_converters_still_guess_by_shape():
+    """0.1's names behave as in 0.1 (documented as guessing); the declared form is adapters.torch.ToTorch."""
+    torch = pytest.importorskip("torch")
+    from tensorcom.zcom import converter_table, totorch
+
+    points = np.zeros((8, 16, 3), np.float32)  # not an image, but 0.1 takes it for one
+    assert tuple(converter_table["torch"](points).shape) == (3, 8, 16)
+    assert tuple(totorch(transpose=True)(points).shape) == (3, 8, 16)
+    assert tuple(totorch(transpose=False)(points).shape) == (8, 16, 3)
+    assert converter_table["torch"](np.zeros(2, np.int32)).dtype == torch.int64
+    assert converter_table["torch"](np.zeros(2, np.float64)).dtype == torch.float32
+    assert converter_table["torch"](np.zeros((2, 5, 5, 3), np.uint8)).dtype == torch.uint8
+    assert converter_table["torch"]("key") == "key"
+
+
+def test_01_batch_size_counts_rows():
+    from tensorcom import zcom
+
+    assert zcom.batch_size([np.zeros((64, 4, 4, 3), np.uint8), np.zeros(64, np.int32)]) == 64
+
+
 @pytest.mark.net
 def test_tensorcom_dataset_with_dataloader(free_port):
     torch = pytest.importorskip("torch")

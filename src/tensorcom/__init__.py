@@ -32,11 +32,15 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "serve": ("tensorcom.pipeline.serving", "serve"),
     "shards": ("tensorcom.shards", None),
     "tenbin": ("tensorcom.tenbin", None),
+    "torch": ("tensorcom.adapters.torch", None),
     "urls": ("tensorcom.urls", None),
     "wire": ("tensorcom.wire", None),
 }
 
-__all__ = sorted(_EXPORTS)
+# adapters reachable as attributes (tensorcom.torch) but not star-exported: `from tensorcom import *`
+# must not hide the framework's own module of the same name
+_ADAPTERS = {"torch"}
+__all__ = sorted(set(_EXPORTS) - _ADAPTERS)
 
 
 def __getattr__(name: str) -> Any:

@@ -2,12 +2,26 @@
 
     Connection(urls, ...)         send and receive batches (tensorcom 0.1's API, extended)
     Statistics, SequenceTracker   rates and dropped-batch counts of a connection
-    converters                    0.1's per-field converters ("torch", "numpy", ...)
+    batches, converters           pure batch helpers and 0.1's per-field converters (no ZeroMQ)
 
-See docs/transport.md.
+Names are imported on first use, so the pure helper modules can be imported without ZeroMQ. See
+docs/transport.md.
 """
 
-from tensorcom.transport.connection import Connection
-from tensorcom.transport.stats import SequenceTracker, Statistics
+from __future__ import annotations
 
-__all__ = ["Connection", "SequenceTracker", "Statistics"]
+import importlib
+from typing import Any
+
+_EXPORTS = {"Connection": "tensorcom.transport.connection", "SequenceTracker": "tensorcom.transport.stats",
+            "Statistics": "tensorcom.transport.stats"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a public name on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tensorcom.transport' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -22,10 +22,13 @@ def listify(value: Any) -> list | None:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def transform_with(batch: Any, functions: list | dict | None) -> Any:
+def transform_with(batch: Any, functions: Any) -> Any:
     """Apply `functions` to a batch's fields: for a list batch function i % len(functions) to field i
     (0.1's rule; None entries skip); for a dict batch, a dict of functions by key, or a single function
-    to every value. Returns a new batch."""
+    to every value. A batch converter (an object with a `convert_batch(batch)` method, such as
+    `tensorcom.adapters.torch.ToTorch`) gets the whole batch instead. Returns a new batch."""
+    if hasattr(functions, "convert_batch"):
+        return functions.convert_batch(batch)
     if not functions:
         return batch
     if isinstance(batch, dict):
@@ -41,17 +44,43 @@ def transform_with(batch: Any, functions: list | dict | None) -> Any:
 
 
 def batch_size(batch: Any) -> int:
-    """Number of samples in a batch: the length of its first field that has a length, else 1."""
-    values = batch.values() if isinstance(batch, dict) else batch
+    """Number of samples (rows) in a batch: the one implementation every caller uses.
+
+    A list, tuple or dict batch is a container of fields (as on the wire): its size is the leading
+    dimension of its first field that has rows, i.e. an array or tensor of rank >= 1 (`shape[0]`) or a
+    list/tuple (`len`); a dict's `__`-prefixed fields (`__key__`, ...) are consulted after the others.
+    A bare array or tensor batch counts its leading dimension. Edge cases:
+    plain values (a container whose fields are all str/bytes/numbers/0-d arrays, or a 0-d array) → 1,
+    one sample; an empty container → 0; mismatched fields (64 images, 32 labels) → the first field
+    with rows decides, the others are not checked (counting must not fail on a ragged batch).
+    TypeError for anything else (a plain value or an object that is not a batch).
+    """
+    if isinstance(batch, dict):
+        fields = sorted(batch.items(), key=lambda item: str(item[0]).startswith("__"))
+        values = [value for _, value in fields]
+    elif isinstance(batch, (list, tuple)):
+        values = batch
+    elif getattr(batch, "shape", None) is not None:
+        return int(batch.shape[0]) if len(batch.shape) else 1
+    else:
+        raise TypeError(f"cannot tell the number of samples in a batch of type {type(batch).__name__}: {batch!r:.80}")
+    if not values:
+        return 0
     for value in values:
-        if isinstance(value, (str, bytes)):
-            continue
-        shape = getattr(value, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else 1
-        if isinstance(value, (list, tuple)):
-            return len(value)
+        rows = _rows_of(value)
+        if rows is not None:
+            return rows
     return 1
+
+
+def _rows_of(field: Any) -> int | None:
+    """A field's leading dimension, or None for a plain value (str, bytes, number, 0-d array)."""
+    shape = getattr(field, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    if isinstance(field, (list, tuple)):
+        return len(field)
+    return None
 
 
 def prepare_batch(batch: Any, allow64: bool) -> Any:
@@ -73,8 +102,11 @@ def prepare_batch(batch: Any, allow64: bool) -> Any:
     return batch
 
 
-def resolve_converters(converters: Any, device: str | None) -> list | dict | None:
-    """0.1's converter argument (a name, a callable, a list, a dict) → list/dict of callables."""
+def resolve_converters(converters: Any, device: str | None) -> Any:
+    """0.1's converter argument (a name, a callable, a list, a dict) → list/dict of callables; a batch
+    converter (an object with `convert_batch`, see `transform_with`) is returned as it is."""
+    if hasattr(converters, "convert_batch"):
+        return converters
     if converters is None and device is not None:
         return [totorch(device=device)]
     if isinstance(converters, str):

@@ -1,5 +1,9 @@
 """Converters of `Connection` (tensorcom 0.1's): "torch", "torch_cuda", "numpy", as functions per field.
 
+Kept as 0.1 had them, for code written against 0.1: they GUESS which fields are images from their
+shape (any rank-3/4 array whose channel axis is 3 or 4 is transposed, so a (B, L, 3) float field
+comes back (3, B, L)) and widen dtypes. New code declares its images instead and nothing else is
+touched: `tensorcom.adapters.torch.ToTorch(images={0: "NHWC"}, layout="NCHW")`.
 torch is imported only when a converter runs, never when this module is imported.
 """
 
@@ -26,8 +30,9 @@ def to_numpy_plain(value: Any) -> Any:
 
 def totorch(dtype: Any = None, device: str = "cpu", transpose: bool = True) -> Callable[[Any], Any]:
     """A converter numpy array → torch tensor, as tensorcom 0.1's: floats become float32 and 16/32/64-bit
-    integers int64 unless `dtype` (a torch dtype or its name) is given; with `transpose`, HWC images
-    (3 or 4 channels, rank 3) and NHWC batches (rank 4) become CHW / NCHW. Other values pass through.
+    integers int64 unless `dtype` (a torch dtype or its name) is given; with `transpose`, any rank-3
+    array whose last axis is 3 or 4 is taken for an HWC image and any such rank-4 array for an NHWC
+    batch, and becomes CHW / NCHW (a guess by shape; `ToTorch` takes a declaration). Other values pass through.
     On the CPU with no dtype change the tensor shares memory with the received frame."""
 
     def convert(value: Any) -> Any:
