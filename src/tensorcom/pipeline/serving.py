@@ -36,13 +36,13 @@ from typing import Any, Callable
 
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline._pipeline import Pipeline
-from tensorcom.pipeline.stages import batch_size
 from tensorcom.pipeline.workers import (
     check_picklable,
     describe_exit,
     join_or_kill,
     watch_parent,
 )
+from tensorcom.transport.batches import batch_size
 
 PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
 DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages to leave

@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from tensorcom.transport.batches import batch_size  # the one row count
+
 Sample = Any
 Collate = Callable[[list], Any]
 
@@ -134,20 +136,6 @@ def batching(source: Iterable[Sample], size: int, partial: bool = True, collate:
         if not group or (len(group) < size and not partial):
             return
         yield collate(group)
-
-
-def batch_size(batch: Any) -> int:
-    """Number of samples in a batch made by `default_collate` (0 for an empty container)."""
-    if isinstance(batch, dict):
-        values = [v for k, v in batch.items() if not str(k).startswith("__")] or list(batch.values())
-        return batch_size(values[0]) if values else 0
-    if isinstance(batch, tuple):
-        return batch_size(batch[0]) if batch else 0
-    if isinstance(batch, (np.ndarray, list)):
-        return len(batch)
-    if hasattr(batch, "shape") and len(batch.shape) > 0:
-        return int(batch.shape[0])
-    raise TypeError(f"cannot tell the number of samples in a batch of type {type(batch).__name__}")
 
 
 def _rows(batch: Any) -> Iterator[Any]:
