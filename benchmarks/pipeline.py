@@ -176,7 +176,7 @@ def run_dataloader(root: Path, timer: "Timer") -> int:
 
 def run_pipeline(root: Path, timer: "Timer") -> int:
     """(b): serve-imagenet-dir's pipeline iterated in this process; 2 processes augment and batch."""
-    from tensorcom.cli.serve_imagenet import dir_pipeline
+    from tensorcom.images.imagenet import dir_pipeline
 
     pipeline = dir_pipeline(str(root / "train"), batch_size=BATCH, size=SIZE, workers=2, seed=0)
     for images, labels in pipeline:
@@ -296,7 +296,7 @@ class LabelledAugment:
     """Picklable map: a fetched sample {"__url__", "jpg"} -> (image, label from the class directory)."""
 
     def __init__(self, classes: list[str]):
-        from tensorcom.cli.serve_imagenet import Augment
+        from tensorcom.images.imagenet import Augment
 
         self.classes = {name: i for i, name in enumerate(classes)}
         self.augment = Augment(SIZE)
@@ -310,7 +310,7 @@ def run_http(base: str, root: Path, threads: int, processes: int, limit: int, ti
     """`limit` images fetched over HTTP by `threads` threads, augmented and batched by 64 (0 processes:
     in this process; else in each of `processes` processes, each fetching its share with `threads`
     threads and handing over whole batches)."""
-    from tensorcom.cli.serve_imagenet import collate_pair
+    from tensorcom.images.imagenet import collate_pair
     from tensorcom.images import init_worker
     from tensorcom.pipeline import Pipeline
     from tensorcom.pipeline.sources import FetchSource

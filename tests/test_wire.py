@@ -131,6 +131,19 @@ def test_end_of_epoch_marker():
     assert plain.group is None and plain.group_size == 1 and plain.sender == ""
 
 
+def test_share_travels_with_batches_and_markers_and_is_optional():
+    share = wire.Share("serve-1", 1, 3)
+    batch = wire.decode_message(wire.encode_batch({"x": 1}, seq=4, epoch=2, sender="s", share=share))
+    marker = wire.decode_message(wire.encode_end_of_epoch(seq=5, epoch=2, sender="s", share=share))
+    assert batch.share == marker.share == share and batch.epoch == 2
+    assert wire.decode_message(wire.encode_batch({"x": 1}, sender="s")).share is None
+    with pytest.raises(ValueError, match="share"):
+        wire.encode_batch({"x": 1}, sender="s", share=("s", 3, 3))
+    meta = {"v": 2, "kind": "batch", "seq": 0, "epoch": 0, "sender": "s", "batch": [], "share": ["s", -1, 2]}
+    with pytest.raises(DecodeError, match="share"):
+        wire.decode_message([wire.MAGIC + msgpack.packb(meta)])
+
+
 def test_max_size_is_checked_before_decoding():
     frames = wire.encode_batch([np.zeros(1000, "u1")])
     size = sum(memoryview(f).nbytes for f in frames)

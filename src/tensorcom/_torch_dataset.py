@@ -1,19 +1,23 @@
 """`as_iterable_dataset`: any re-iterable as a torch.utils.data.IterableDataset, for DataLoader.
 
 torch is imported only when the function is called. The wrapped object decides how DataLoader
-workers split the data (ShardDataset and Pipeline read torch's worker info themselves).
+workers split the data (a Pipeline, and a ShardDataset through its Pipeline, take the worker's share
+themselves). When it has `state_dict` / `load_state_dict` (Pipeline, ShardDataset), so has the
+wrapper: torchdata's StatefulDataLoader then calls them in each worker (the state of the worker's
+own iterator) and restores each worker's position, so a resumed loader yields exactly the samples
+the interrupted one had not.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 _classes: dict[str, type] = {}
 
 
-def _wrapper_class() -> type:
-    """The IterableDataset subclass, defined once on first use."""
-    if "wrapper" not in _classes:
+def _wrapper_class(name: str = "IterableWrapper") -> type:
+    """The IterableDataset subclasses ("IterableWrapper", "StatefulWrapper"), defined once on first use."""
+    if not _classes:
         import torch.utils.data
 
         class IterableWrapper(torch.utils.data.IterableDataset):
@@ -23,25 +27,38 @@ def _wrapper_class() -> type:
                 super().__init__()
                 self.source = source
 
-            def __iter__(self):
-                return iter(self.source)
+            def __iter__(self) -> Iterator[Any]:
+                # a generator, not the source's own iterator: StatefulDataLoader then saves the
+                # dataset's state (which follows its latest iterator) and nothing else
+                yield from self.source
 
             def __len__(self) -> int:
                 return len(self.source)  # TypeError when the source's length is unknown
 
-        IterableWrapper.__qualname__ = "IterableWrapper"
-        _classes["wrapper"] = IterableWrapper  # picklable by name (module __getattr__): spawn workers
-    return _classes["wrapper"]
+        class StatefulWrapper(IterableWrapper):
+            """An IterableWrapper whose state_dict() / load_state_dict() are the source's."""
+
+            def state_dict(self) -> dict[str, Any]:
+                return self.source.state_dict()
+
+            def load_state_dict(self, state: dict[str, Any]) -> None:
+                self.source.load_state_dict(state)
+
+        for cls in (IterableWrapper, StatefulWrapper):
+            cls.__qualname__ = cls.__name__
+            _classes[cls.__name__] = cls  # picklable by name (module __getattr__): spawn workers
+    return _classes[name]
 
 
 def as_iterable_dataset(source: Iterable[Any]) -> Any:
     """`source` wrapped as a torch IterableDataset; TypeError if it cannot be iterated."""
     if not hasattr(source, "__iter__"):
         raise TypeError(f"expected an iterable, got {type(source).__name__}: {source!r}")
-    return _wrapper_class()(source)
+    stateful = hasattr(source, "state_dict") and hasattr(source, "load_state_dict")
+    return _wrapper_class("StatefulWrapper" if stateful else "IterableWrapper")(source)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "IterableWrapper":
-        return _wrapper_class()
+    if name in ("IterableWrapper", "StatefulWrapper"):
+        return _wrapper_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

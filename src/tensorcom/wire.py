@@ -13,7 +13,7 @@ Pure: no sockets, no pickle; torch tensors are the transport's business.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import msgpack
 import numpy as np
@@ -30,6 +30,16 @@ MAX_DEPTH = 64  # nesting limit for tuples inside tuples when decoding
 _UINT64 = 1 << 64
 
 
+class Share(NamedTuple):
+    """Which share of a served stream a sender sends: worker `worker` of `workers` of `stream` (the
+    `share` metadata key; tensorcom.serve sets it, receivers use it to attribute batches and to take a
+    restarted worker for the one it replaces)."""
+
+    stream: str
+    worker: int
+    workers: int
+
+
 @dataclass(frozen=True)
 class Message:
     """One decoded message (batch or end-of-epoch marker) and its metadata."""
@@ -44,6 +54,7 @@ class Message:
     protocol: int  # 1 or 2
     nbytes: int  # total bytes of all frames of the message (metadata, headers, data)
     infos: tuple = field(default=())  # tenbin info labels of the arrays, depth-first order
+    share: Share | None = None  # protocol 2, optional: the served share this sender sends
 
 
 def _frame_error(message: str, index: int | None) -> DecodeError:
@@ -54,8 +65,9 @@ def _frame_error(message: str, index: int | None) -> DecodeError:
 # ---------------------------------------------------------------- encoding
 
 
-def _check_header(seq: Any, epoch: Any, sender: Any) -> None:
-    """ValueError/TypeError for counters outside 0..2**64-1 or a sender that is not a str."""
+def _check_header(seq: Any, epoch: Any, sender: Any, share: Any = None) -> None:
+    """ValueError/TypeError for counters outside 0..2**64-1, a sender that is not a str, or a share
+    that is not (str, worker in 0..workers-1, workers >= 1)."""
     for name, value in (("seq", seq), ("epoch", epoch)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int, not {value!r}")
@@ -63,6 +75,25 @@ def _check_header(seq: Any, epoch: Any, sender: Any) -> None:
             raise ValueError(f"{name} must be in 0..2**64-1, got {value}")
     if not isinstance(sender, str):
         raise TypeError(f"sender must be a str, not {sender!r}")
+    if share is not None and not _valid_share(share):
+        raise ValueError(f"share must be (stream: str, worker: int, workers: int) with 0 <= worker < "
+                         f"workers, got {share!r}")
+
+
+def _valid_share(share: Any) -> bool:
+    """True for a (stream, worker, workers) triple of exact types with 0 <= worker < workers."""
+    if not isinstance(share, (tuple, list)) or len(share) != 3:
+        return False
+    stream, worker, workers = share
+    return (type(stream) is str and type(worker) is int and type(workers) is int
+            and 0 <= worker < workers)
+
+
+def _with_share(meta: dict, share: Any) -> dict:
+    """`meta` with the `share` key added when there is a share (absent otherwise: 0.1-era bytes)."""
+    if share is not None:
+        meta["share"] = list(share)
+    return meta
 
 
 class _Packer:
@@ -113,23 +144,25 @@ def _encode_v1(batch: Any, infos: Sequence[str] | None) -> list:
 
 
 def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", protocol: int = 2,
-                 infos: Sequence[str] | None = None) -> list:
+                 infos: Sequence[str] | None = None, share: Share | None = None) -> list:
     """A batch -> frames `[metadata, header_0, data_0, ...]` (protocol 2) or 0.1 frames (protocol 1).
 
     `batch` is a list, tuple or dict, nested freely, whose leaves are numpy arrays or plain values.
     Array data frames are memoryviews of the arrays (no copy), ordered by size, largest last (in
-    depth-first order when `infos`, which labels the arrays in that order, is given). Protocol 1
-    ignores seq/epoch/sender and keeps the list's order.
+    depth-first order when `infos`, which labels the arrays in that order, is given). `share`
+    (stream, worker, workers) names the served share the batch belongs to. Protocol 1 ignores
+    seq/epoch/sender/share and keeps the list's order.
     """
     if protocol == 1:
         return _encode_v1(batch, infos)
     if protocol != 2:
         raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
-    _check_header(seq, epoch, sender)
+    _check_header(seq, epoch, sender, share)
     if not isinstance(batch, (list, tuple, dict)):
         raise EncodeError(f"a batch is a list, tuple or dict, not a {type(batch).__name__}")
     packer = _Packer()
-    meta = {"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender, "batch": batch}
+    meta = _with_share({"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender,
+                        "batch": batch}, share)
     head = MAGIC + packer.pack(meta)
     arrays = packer.arrays
     order = sorted(range(len(arrays)), key=lambda k: arrays[k].nbytes)  # stable: smallest first
@@ -143,19 +176,19 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
 
 
 def encode_end_of_epoch(*, seq: int, epoch: int, sender: str = "", group: str | None = None,
-                        group_size: int = 1) -> list:
+                        group_size: int = 1, share: Share | None = None) -> list:
     """An end-of-epoch marker: one metadata frame saying that `sender` finished `epoch`.
 
     A sender that is one of `group_size` senders feeding the same receivers names its group, so a
-    receiver knows how many markers end the epoch.
+    receiver knows how many markers end the epoch. `share` as for `encode_batch`.
     """
-    _check_header(seq, epoch, sender)
+    _check_header(seq, epoch, sender, share)
     if group is not None and not isinstance(group, str):
         raise TypeError(f"group must be a str or None, not {group!r}")
     if not isinstance(group_size, int) or isinstance(group_size, bool) or not 1 <= group_size < _UINT64:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    meta = {"v": VERSION, "kind": "end_of_epoch", "seq": seq, "epoch": epoch, "sender": sender,
-            "group": group, "group_size": group_size}
+    meta = _with_share({"v": VERSION, "kind": "end_of_epoch", "seq": seq, "epoch": epoch, "sender": sender,
+                        "group": group, "group_size": group_size}, share)
     return [MAGIC + msgpack.packb(meta, use_bin_type=True)]
 
 
@@ -241,6 +274,8 @@ def _check_meta(meta: Any) -> None:
     group = meta.get("group")
     if type(meta["sender"]) is not str or not (group is None or type(group) is str):
         raise _frame_error(f"metadata sender={meta['sender']!r} / group={group!r} must be str", 0)
+    if meta.get("share") is not None and not _valid_share(meta["share"]):
+        raise _frame_error(f"metadata share={meta['share']!r} is not [stream, worker, workers]", 0)
 
 
 def _decode_v2(views: list[memoryview], nbytes: int) -> Message:
@@ -258,7 +293,8 @@ def _decode_v2(views: list[memoryview], nbytes: int) -> Message:
         raise _frame_error(f"arrays referenced {used} times instead of once each", 0)
     return Message(kind=kind, batch=batch, seq=meta["seq"], epoch=meta["epoch"], sender=meta["sender"],
                    group=meta.get("group"), group_size=meta.get("group_size", 1), protocol=2,
-                   nbytes=nbytes, infos=tuple(infos))
+                   nbytes=nbytes, infos=tuple(infos),
+                   share=Share(*meta["share"]) if meta.get("share") is not None else None)
 
 
 def decode_message(frames: Any, *, max_size: int | None = None) -> Message:

@@ -1,5 +1,6 @@
 """serve-imagenet-dir, serve-imagenet-shards and `tensorcom serve` as real subprocesses feeding a real
-receiving Connection on 127.0.0.1: shapes, dtypes, labels, epoch ends, -P, -B, -n, bad arguments."""
+receiving Connection on 127.0.0.1: shapes, dtypes, labels, epoch ends, -P, -B, -n, --shuffle/--no-shuffle,
+options around the positionals, bad arguments."""
 
 from __future__ import annotations
 
@@ -123,13 +124,13 @@ def test_parallel_publishers_split_the_data(tree, popen, free_port):
 def test_normalize_sends_float32(tree, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "6", "--size", "16", "-n", "-S",
+        proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "6", "--size", "16", "-n", "--no-shuffle",
                             "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
     check_batches(batches, size=16, dtype=np.float32)
     images = np.concatenate([images for images, _ in batches])
     assert images.min() < -0.5 and images.max() > 1.0  # ImageNet mean/std normalization, not [0, 1]
-    assert [list(labels) for _, labels in batches][0] == [0] * 6  # -S: file order
+    assert [list(labels) for _, labels in batches][0] == [0] * 6  # --no-shuffle: file order
     finish(proc)
 
 
@@ -159,7 +160,7 @@ def test_default_pub_sub_with_benchmark(tree, popen, free_port):
 def test_shards_server(shards, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start([*tool("serve-imagenet-shards"), "-u", shards, "-b", "4", "--size", "20", "-S", "-P", "2",
+        proc = popen.start([*tool("serve-imagenet-shards"), "-u", shards, "-b", "4", "--size", "20", "--shuffle", "-P", "2",
                             "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
         epochs = receive(conn, 2, proc)
     total = np.concatenate([check_batches(batches, size=20) for batches in epochs])
@@ -219,6 +220,41 @@ def test_bad_arguments_exit_2_with_one_line(tree, args):
     assert "error" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["serve-imagenet-dir", "serve-imagenet-shards"])
+def test_old_dash_s_is_refused_with_the_flag_to_use(tree, name):
+    # 0.1's -S meant --no-shuffle in one server and --shuffle in the other: neither guess is safe
+    command = [*tool(name), *(["-d", str(tree)] if name.endswith("dir") else ["-u", "x.tar"]), "-S"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "--shuffle" in result.stderr and "--no-shuffle" in result.stderr
+
+
+@pytest.mark.parametrize("argv, shuffle", [([], True), (["--no-shuffle"], False), (["--shuffle"], True)])
+def test_dir_shuffle_flags(argv, shuffle):
+    from tensorcom.cli.serve_imagenet import dir_parser
+
+    assert dir_parser().parse_args(argv).shuffle is shuffle
+
+
+@pytest.mark.parametrize("argv, shuffle", [([], False), (["--shuffle"], True), (["--no-shuffle"], False)])
+def test_shards_and_serve_shuffle_flags(argv, shuffle):
+    from tensorcom.cli.serve import build_parser
+    from tensorcom.cli.serve_imagenet import shards_parser
+
+    assert shards_parser().parse_args(["-u", "x.tar", *argv]).shuffle is shuffle
+    args = build_parser().parse_args(["m:f", *argv, "--shuffle-buffer", "7"])
+    assert args.shuffle is shuffle and args.shuffle_buffer == 7
+
+
+@pytest.mark.parametrize("argv", [["zpush://h:1", "-b", "3", "zpush://h:2"], ["-b", "3", "zpush://h:1", "zpush://h:2"],
+                                  ["zpush://h:1", "zpush://h:2", "-b", "3"]])
+def test_server_urls_around_options(argv):
+    from tensorcom.cli.serve_imagenet import dir_parser, shards_parser
+
+    for args in (dir_parser().parse_args(argv), shards_parser().parse_args(["-u", "x.tar", *argv])):
+        assert args.urls == ["zpush://h:1", "zpush://h:2"] and args.batch_size == 3
+
+
 def test_shards_needs_url():
     result = subprocess.run(tool("serve-imagenet-shards"), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
@@ -259,6 +295,32 @@ def test_tensorcom_serve_user_function(user_module, popen, free_port, function, 
         epochs = receive(conn, 2, proc)
     received = sorted(int(x) for batches in epochs for batch in batches for x in batch[1])
     assert received == sorted(expected * 2)
+    finish(proc)
+
+
+@pytest.mark.parametrize("order", ["factory -w URL", "-w factory URL", "factory URL -w"])
+def test_tensorcom_serve_options_anywhere(user_module, popen, free_port, order):
+    # `tensorcom serve mod:fn -w 2 URL` was rejected: the URL came after an option
+    port = free_port()
+    words = {"factory": ["usermod_h7:pipeline"], "-w": ["-w", "2"], "URL": [f"zpush://127.0.0.1:{port}"]}
+    argv = [word for part in order.split() for word in words[part]]
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("tensorcom"), "serve", *argv, "--epochs", "1", "-r", "0"], cwd=user_module,
+                           stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1, proc)
+    assert sorted(int(x) for batch in batches for x in batch[1]) == list(range(12))  # both workers' shares
+    finish(proc)
+
+
+def test_tensorcom_serve_shuffle(user_module, popen, free_port):
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start([*tool("tensorcom"), "serve", "usermod_h7:batches", f"zpush://127.0.0.1:{port}", "--shuffle",
+                            "--shuffle-buffer", "6", "--epochs", "1", "-r", "0"], cwd=user_module,
+                           stderr=subprocess.PIPE, text=True)
+        (batches,) = receive(conn, 1, proc)
+    order = [int(batch[1][0]) for batch in batches]
+    assert sorted(order) == list(range(6)) and order != list(range(6))
     finish(proc)
 
 

@@ -152,6 +152,45 @@ def test_dump_writes_key_ext_files(popen, data, tmp_path):
     assert "8 files from 4 samples" in result.stderr.decode()
 
 
+@pytest.mark.parametrize("order", ["options first", "url between"])
+def test_extract_and_dump_take_the_url_after_list_options(popen, data, tmp_path, order):
+    # -f takes several words: `-f a b URL` used to swallow the URL as a field
+    url, raw = data
+    fields = ["-f", "__key__", "cls"]
+    argv = [*fields, url, "-c", "3"] if order == "options first" else ["-c", "3", url, *fields]
+    result = run(popen, "wl-extract", *argv)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == [f"s{i:02d}\t{i % 3}" for i in range(3)]
+    out = tmp_path / "dump"
+    result = run(popen, "wl-dump", "-f", "bin", "txt", url, "-o", str(out), "-c", "2")
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(out)) == sorted(f"s{i:02d}.{e}" for i in range(2) for e in ("bin", "txt"))
+
+
+@pytest.mark.parametrize("tool, argv, expected", [
+    ("wl_cat", ["-s", "x.tar", "txt", "3"], None),
+    ("wl_cat", ["x.tar", "--no-end-blocks", "txt"], {"url": "x.tar", "field": "txt", "require_end_blocks": False}),
+    ("wl_extract", ["-f", "a", "b", "x.tar"], {"url": "x.tar", "fields": ["a", "b"]}),
+    ("wl_extract", ["x.tar", "-f", "a", "b", "--json"], {"url": "x.tar", "fields": ["a", "b"], "json": True}),
+    ("wl_dump", ["-o", "d", "-f", "a", "x.tar", "-c", "2"], {"url": "x.tar", "fields": ["a"], "count": 2}),
+    ("wl_info", ["-c", "5", "x.tar", "--json"], {"url": "x.tar", "count": 5, "json": True}),
+    ("wl_test", ["-d", "rgb8", "x.tar", "-p", "2"], {"url": "x.tar", "decode": "rgb8", "processes": 2}),
+    ("wl_map", ["-e", "sample", "x.tar", "-o", "o.tar"], {"url": "x.tar", "expr": "sample", "output": "o.tar"}),
+    ("wl_xargs", ["-c", "true", "-f", "a", "b", "x.tar", "-p", "2"], {"url": "x.tar", "fields": ["a", "b"],
+                                                                     "processes": 2}),
+])
+def test_options_before_between_and_after_the_url(tool, argv, expected):
+    import importlib
+
+    parse = importlib.import_module(f"tensorcom.cli.{tool}").parse
+    if expected is None:  # `-s` needs a number: x.tar is not one, whatever the order
+        with pytest.raises(SystemExit):
+            parse(argv)
+        return
+    args = vars(parse(argv))
+    assert {key: args[key] for key in expected} == expected
+
+
 def test_dump_quotes_slashes_in_keys(popen, tmp_path):
     with shards.TarWriter(str(tmp_path / "k.tar")) as sink:
         sink.write({"__key__": "a/b", "txt": "hello"})

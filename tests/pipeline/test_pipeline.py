@@ -194,3 +194,18 @@ def test_persistent_map_keeps_its_processes_across_epochs():
         clone = pickle.loads(pickle.dumps(p))  # the pool stays behind
         assert clone._pools == {}
     assert all(pool._workers.closed for pool in p._pools.values())
+
+
+def test_a_pipeline_continues_another_and_its_state_checks_the_seed():
+    base = Pipeline(range(10), seed=7).shuffle(4)
+    more = Pipeline(base).batch(5)
+    assert more.seed == 7 and np.concatenate(list(more)).tolist() == list(base)
+    it = iter(more)
+    next(it)
+    state = more.state_dict()
+    assert state["seed"] == 7 and state["epoch"] == 0 and state["chain"]["up"]["yielded"] == 5
+    with pytest.raises(ValueError, match="seed 7"):
+        Pipeline(range(10), seed=8).shuffle(4).batch(5).load_state_dict(state)
+    again = Pipeline(base).batch(5)
+    again.load_state_dict(state)
+    assert [b.tolist() for b in again] == [b.tolist() for b in list(more)[1:]]

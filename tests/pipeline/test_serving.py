@@ -1,7 +1,9 @@
 """tensorcom.serve: worker processes sending disjoint shares to real sockets on 127.0.0.1."""
 
+import json
 import os
 import signal
+import sys
 import textwrap
 import threading
 import time
@@ -12,7 +14,7 @@ from test_workers import alive, descendants
 
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline.serving import assign_urls, serve
+from tensorcom.pipeline.serving import assign_urls, load_factory, serve
 from tensorcom.transport.connection import Connection
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
@@ -250,3 +252,119 @@ def test_factory_module_in_the_current_directory(tmp_path, monkeypatch, free_por
             assert "error" not in result, result
     assert sorted(int(x) for b in batches for x in b[1]) == list(range(9))
     assert all(np.array_equal(b[0][:, 0], b[1]) for b in batches)
+
+
+# --- resume: a restarted server sends exactly what the consumer has not had -----------------------
+
+
+def resumable_pipeline():
+    """60 shuffled samples in batches of 4, slow enough that a server is stopped mid-epoch."""
+    return Pipeline(range(60), seed=7).shuffle(10).map(to_sample).map(slow).batch(4)
+
+
+RESUMABLE = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from tensorcom.pipeline.serving import serve
+    if __name__ == "__main__":
+        serve("test_serving:resumable_pipeline", {url!r}, workers=2, report=None, connection_options={{"sndhwm": 1}})
+""")
+
+
+def keys_of(batches):
+    return [key for batch in batches for key in batch["__key__"]]
+
+
+def first_part(popen, port, state_path, command):
+    """Start a server with `command` (popen args), take 5 batches, save the consumer state, SIGKILL the
+    server's process group; returns the keys received."""
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        server = popen.start(command)
+        before = [conn.recv() for _ in range(5)]
+        conn.save_state(state_path)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+    state = json.loads(state_path.read_text())
+    (stream,) = state["streams"].values()
+    assert stream["workers"] == 2 and sum(s["batches"] for s in stream["shares"]) == 5
+    return keys_of(before)
+
+
+def rest_of_epoch(port, state_path, start):
+    """A restarted consumer (loaded from `state_path`) takes the rest of the epoch `start()` serves."""
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        conn.load_state_dict(json.loads(state_path.read_text()))
+        finish = start()
+        after = list(conn)
+        finish()
+        state = conn.state_dict()
+    (stream,) = state["streams"].values()
+    assert stream["epoch"] == 1 and stream["shares"] == []  # the epoch is complete
+    return keys_of(after)
+
+
+def test_resumed_server_sends_exactly_the_rest_of_the_epoch(popen, tmp_path, free_port):
+    port, state_path = free_port(), tmp_path / "state.json"
+    script = tmp_path / "server.py"
+    script.write_text(RESUMABLE.format(tests=os.path.dirname(__file__), url=f"zpush://127.0.0.1:{port}"))
+    before = first_part(popen, port, state_path, [sys.executable, str(script)])
+
+    def start():
+        thread, result = in_thread("test_serving:resumable_pipeline", f"zpush://127.0.0.1:{port2}", workers=2,
+                                   report=None, resume=str(state_path))
+        return lambda: (thread.join(timeout=30), result.get("error"))
+
+    port2 = free_port()
+    after = rest_of_epoch(port2, state_path, start)
+    assert len(before) == 20 and sorted(before + after) == [f"s{i:04d}" for i in range(60)]
+
+
+def test_resume_through_the_command_line(popen, tmp_path, free_port):
+    """`tensorcom serve FILE.py:FUNC URL -w 2 --epochs 1`, killed; then the same with --resume FILE."""
+    port, port2, state_path = free_port(), free_port(), tmp_path / "state.json"
+    factory = f"{__file__}:resumable_pipeline"
+
+    def command(url, *more):
+        return [sys.executable, "-m", "tensorcom.cli.main", "serve", *more, factory, url, "-w", "2",
+                "--epochs", "1", "-r", "0"]
+
+    before = first_part(popen, port, state_path, command(f"zpush://127.0.0.1:{port}"))
+
+    def start():
+        server = popen.start(command(f"zpush://127.0.0.1:{port2}", "--resume", str(state_path)))
+        return lambda: server.wait(timeout=30)
+
+    after = rest_of_epoch(port2, state_path, start)
+    assert sorted(before + after) == [f"s{i:04d}" for i in range(60)] and len(before) == 20
+
+
+def test_resume_state_must_fit_the_server(tmp_path):
+    state = {"version": 1, "streams": {"serve-x": {"workers": 2, "epoch": 3, "shares": []}}}
+    with pytest.raises(ValueError, match="workers=2"):
+        serve(make_pipeline(), "zpush://127.0.0.1:7000", workers=3, resume=state)
+    with pytest.raises(ValueError, match="epoch 3"):
+        serve(make_pipeline(), "zpush://127.0.0.1:7000", workers=2, epochs=2, resume=state)
+
+
+def test_factory_given_as_a_file(tmp_path, free_port):
+    feed = tmp_path / "sub" / "feed_file.py"
+    feed.parent.mkdir()
+    feed.write_text(textwrap.dedent("""
+        import numpy as np
+        from tensorcom.pipeline import Pipeline
+
+        def ident(i):
+            return (np.int32(i),)
+
+        def make():
+            return Pipeline(range(6)).map(ident).batch(2)
+    """))
+    assert load_factory(f"{feed}:make").__module__ == "feed_file"
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=10) as conn:
+        thread, result = in_thread(f"{feed}:make", f"zpush://127.0.0.1:{port}", workers=2, report=None)
+        batches = list(conn)
+        thread.join(timeout=30)
+    assert "error" not in result and sorted(int(x) for b in batches for x in b[0]) == list(range(6))
+    with pytest.raises(ValueError, match="no file"):
+        load_factory(f"{tmp_path}/missing.py:make")

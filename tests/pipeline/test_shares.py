@@ -1,10 +1,9 @@
-"""Pipeline.parallel / shardworkers: whole shares in processes, round-robin order, errors, deaths, cleanup."""
+"""Pipeline.parallel / shard_parallel: whole shares in processes, round-robin order, errors, deaths, cleanup
+(the parent-death test of share workers is in test_workers, beside the map workers')."""
 
 import multiprocessing
 import os
 import signal
-import subprocess
-import textwrap
 import time
 
 import numpy as np
@@ -165,37 +164,6 @@ def test_a_source_that_cannot_be_pickled_fails_at_start_and_leaves_no_process():
     with pytest.raises(TypeError, match="stays here"):
         list(Pipeline(Unpicklable()).parallel(2))
     assert set(multiprocessing.active_children()) - before == set()
-
-
-PARENT = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {tests!r})
-    from test_shares import slow
-    from tensorcom.pipeline import Pipeline
-    if __name__ == "__main__":
-        for i, x in enumerate(Pipeline(range(10**9)).map(slow).parallel(2)):
-            if i == 0:
-                print("ready", flush=True)
-                time.sleep(30)
-""")
-
-
-@pytest.mark.procs
-def test_kill_of_the_parent_leaves_no_orphan(popen, tmp_path):
-    from test_workers import alive, descendants
-
-    script = tmp_path / "parent.py"
-    script.write_text(PARENT.format(tests=os.path.dirname(__file__)))
-    parent = popen.python(str(script), stdout=subprocess.PIPE, text=True)
-    assert parent.stdout.readline().strip() == "ready"
-    children = descendants(parent.pid)
-    assert len(children) >= 2
-    os.kill(parent.pid, signal.SIGKILL)
-    parent.wait(timeout=10)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(alive(p) for p in children):
-        time.sleep(0.05)
-    assert [p for p in children if alive(p)] == []
 
 
 def test_repeat_after_parallel_runs_new_epochs_and_len_counts_them():

@@ -124,5 +124,5 @@ def test_shard_source_splits_whole_shards_between_workers(tmp_path):
     parts = [[s["__key__"] for s in Pipeline(src).shard(i, 2)] for i in range(2)]
     assert sorted(parts[0] + parts[1]) == sorted(everything) and not set(parts[0]) & set(parts[1])
     assert {k.split("-")[0] for k in parts[0]}.isdisjoint({k.split("-")[0] for k in parts[1]})
-    texts = list(Pipeline(ShardSource(str(tmp_path / "part-{0..3}.tar"), shuffle_shards=True), seed=1).to_tuple("txt"))
+    texts = list(Pipeline(ShardSource(str(tmp_path / "part-{0..3}.tar"), shuffle=True), seed=1).to_tuple("txt"))
     assert sorted(t[0] for t in texts) == sorted(f"sample {k}".encode() for k in everything)

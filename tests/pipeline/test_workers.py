@@ -12,12 +12,14 @@ import pytest
 
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import stages
+from tensorcom.pipeline._failure import Failure, describe_exit
+from tensorcom.pipeline._shares import shard_parallel
 from tensorcom.pipeline.workers import (
     WorkerPool,
     check_sizes,
-    describe_exit,
     parallel_map,
     prefetching,
+    serial_map,
 )
 
 
@@ -195,25 +197,40 @@ def test_prefetch_passes_items_and_errors():
 PARENT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
-    from test_workers import slow_square
+    from test_workers import slow_square, slow_numbers
     from tensorcom.pipeline.workers import parallel_map
+    from tensorcom.pipeline._shares import shard_parallel
     if __name__ == "__main__":
-        for i, x in enumerate(parallel_map(range(10**9), slow_square, workers=2, processes=True)):
+        kind, how = sys.argv[1:]
+        if kind == "map":
+            items = parallel_map(range(10**9), slow_square, workers=2, processes=True)
+        else:
+            items = shard_parallel(slow_numbers, workers=2, processes=True)
+        for i, x in enumerate(items):
             if i == 0:
                 print("ready", flush=True)
                 time.sleep(0.5)
-            if i == 1 and sys.argv[1] == "raise":
+            if i == 1 and how == "raise":
                 raise RuntimeError("the training loop failed")
             time.sleep(0.01)
 """)
 
 
+def slow_numbers(index, count):
+    """Share `index` of `count` of the natural numbers, slowly."""
+    for x in range(index, 10**9, count):
+        time.sleep(0.01)
+        yield x
+
+
 @pytest.mark.procs
+@pytest.mark.parametrize("kind", ["map", "share"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, None])
-def test_kill_ctrl_c_or_exception_in_the_parent_leaves_no_orphan(popen, tmp_path, sig):
+def test_kill_ctrl_c_or_exception_in_the_parent_leaves_no_orphan(popen, tmp_path, kind, sig):
+    """Map and share worker processes (serving workers: test_serving) leave with their parent."""
     script = tmp_path / "parent.py"
     script.write_text(PARENT.format(tests=os.path.dirname(__file__)))
-    parent = popen.python(str(script), "raise" if sig is None else "wait", stdout=subprocess.PIPE,
+    parent = popen.python(str(script), kind, "raise" if sig is None else "wait", stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     assert parent.stdout.readline().strip() == "ready"
     children = descendants(parent.pid)
@@ -323,3 +340,55 @@ def test_check_sizes_names_the_bad_value(workers, buffer):
     with pytest.raises(ValueError, match="workers" if buffer is None else "buffer"):
         check_sizes(workers, buffer)
     assert check_sizes(3, None) == 6 and check_sizes(3, 1) == 1
+
+
+def fail_on_k3(sample):
+    if sample["__key__"] == "k3":
+        raise ValueError("bad sample k3")
+    return sample
+
+
+def failing_share(index, count):
+    """Share `index` of `count` of six keyed samples, through fail_on_k3 (the key noted as stages do)."""
+    for position, sample in enumerate([{"__key__": f"k{i}"} for i in range(index, 6, count)]):
+        yield stages.call(fail_on_k3, sample, None, position)
+
+
+FAILING = {
+    "thread map": lambda: parallel_map([{"__key__": f"k{i}"} for i in range(6)], fail_on_k3, workers=2),
+    "process map": lambda: parallel_map([{"__key__": f"k{i}"} for i in range(6)], fail_on_k3, workers=2,
+                                        processes=True),
+    "thread share": lambda: shard_parallel(failing_share, workers=2, processes=False),
+    "process share": lambda: shard_parallel(failing_share, workers=2, processes=True),
+}
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("where", list(FAILING))
+def test_every_worker_kind_reports_the_same_failure_record(where):
+    with pytest.raises(WorkerError) as info:
+        list(FAILING[where]())
+    error, failure = info.value, info.value.failure
+    assert isinstance(failure, Failure) and not isinstance(error, WorkerDied)
+    assert (failure.key, failure.exc_type, failure.message) == ("k3", "ValueError", "bad sample k3")
+    assert failure.position == (3 if "map" in where else 1)  # map: in the source; share: in its output
+    assert failure.worker in (0, 1) and "in fail_on_k3" in failure.traceback
+    role = "map worker" if "map" in where else "share worker"
+    assert str(error).startswith(f"{role} {failure.worker} raised ValueError: bad sample k3 (sample 'k3')")
+    assert error.key == "k3" and error.remote_traceback == failure.traceback
+    assert isinstance(error.__cause__, ValueError) == where.startswith("thread")  # processes send no exception
+
+
+def test_ordered_map_raises_the_first_failure_in_source_order_after_the_results_before_it():
+    samples = [{"__key__": f"k{i}"} for i in range(6)]
+    got = []
+    with pytest.raises(WorkerError, match="k3"):
+        for sample in parallel_map(samples, fail_on_k3, workers=3, buffer=6):
+            got.append(sample["__key__"])
+    assert got == ["k0", "k1", "k2"]
+
+
+def test_serial_map_fails_like_a_worker():
+    with pytest.raises(WorkerError, match=r"^map raised ValueError: bad sample k3 \(sample 'k3'\)") as info:
+        list(serial_map([{"__key__": f"k{i}"} for i in range(6)], fail_on_k3))
+    assert info.value.failure.key == "k3" and isinstance(info.value.__cause__, ValueError)

@@ -11,12 +11,14 @@ import pytest
 
 from tensorcom.errors import SampleError
 from tensorcom.shards.fields import (
+    Decoder,
     decode_field,
     decode_image,
     decode_sample,
     encode_field,
     encode_image,
     encode_sample,
+    handle_extension,
 )
 
 
@@ -135,3 +137,72 @@ def test_memoryview_fields_decode_like_bytes():
     sample = {"__key__": "k", "cls": memoryview(b"7"), "json": memoryview(b'{"a": 1}'),
               "txt": memoryview(b"hi")}
     assert decode_sample(sample) == {"__key__": "k", "cls": 7, "json": {"a": 1}, "txt": "hi"}
+
+
+# --- Decoder: WebDataset-style handlers -----------------------------------------------------------
+
+
+def test_decoder_image_handlers_and_defaults():
+    sample = encode_sample({"__key__": "k", "jpg": smooth_image(), "seg.png": smooth_image()[:, :, 0],
+                            "cls": 3, "json": {"a": 1}})
+    raw = Decoder()(sample)  # no image handler: images stay bytes, the rest decodes by extension
+    assert raw["jpg"] == sample["jpg"] and raw["cls"] == 3 and raw["json"] == {"a": 1}
+    l8 = Decoder("l8")(sample)
+    assert l8["jpg"].shape == (48, 64) and l8["seg.png"].dtype == np.uint8
+    numpy = Decoder("numpy")(sample)["jpg"]
+    assert numpy.dtype == np.float32 and numpy.shape == (48, 64, 3)
+    np.testing.assert_allclose(numpy, Decoder("rgb8")(sample)["jpg"] / np.float32(255), atol=1e-6)
+    assert Decoder("pil")(sample)["jpg"].size == (64, 48)
+    with pytest.raises(ValueError, match="did you mean 'torch'"):
+        Decoder("torhc")
+    with pytest.raises(TypeError, match="image mode or a callable"):
+        Decoder(42)
+
+
+def test_decoder_torch_handler():
+    torch = pytest.importorskip("torch")
+    sample = encode_sample({"__key__": "k", "png": smooth_image(), "cls": 1})
+    decoded = Decoder("torch")(sample)
+    assert isinstance(decoded["png"], torch.Tensor) and decoded["png"].dtype == torch.float32
+    assert tuple(decoded["png"].shape) == (3, 48, 64)
+    np.testing.assert_allclose(decoded["png"].permute(1, 2, 0).numpy(), smooth_image() / 255.0, atol=1e-6)
+    assert tuple(Decoder("torchl8")(sample)["png"].shape) == (1, 48, 64)
+    assert decoded["cls"] == 1
+
+
+def test_custom_handlers_are_tried_in_order():
+    seen = []
+
+    def upper_txt(name, data):
+        seen.append(name)
+        return data.decode().upper() if name == "txt" else None
+
+    sample = encode_sample({"__key__": "k", "txt": "hi", "note.txt.gz": "zipped", "png": smooth_image(),
+                            "cls": 4})
+    decoded = Decoder(upper_txt, handle_extension("png", lambda data: len(data)), "rgb8",
+                      handle_extension("note.txt", lambda data: b"<" + data + b">"))(sample)
+    assert decoded["txt"] == "HI" and decoded["note.txt.gz"] == b"<zipped>"  # gunzipped before handlers
+    assert decoded["png"] == len(sample["png"])  # the custom handler came before "rgb8"
+    assert decoded["cls"] == 4 and sorted(seen) == ["cls", "note.txt", "png", "txt"]
+    with pytest.raises(SampleError, match="division by zero") as info:
+        Decoder(lambda name, data: 1 / 0 if name == "cls" else None)(dict(sample, __url__="u.tar"))
+    assert info.value.member == "k.cls" and info.value.url == "u.tar"
+    with pytest.raises(SampleError, match="ZeroDivisionError"):
+        Decoder(lambda name, data: 1 / 0)(sample)
+
+
+def test_one_jpeg_decoder_behind_every_entry_point():
+    """fields.decode_image, decode_field, Decoder, images.decode and the crop path's open_scaled are one
+    implementation: the same pixels, to the byte."""
+    from tensorcom import images
+    from tensorcom.images import codec as image_codec
+    from tensorcom.shards import imagecodec
+
+    data = encode_image(smooth_image(96, 128), "jpg")
+    reference = decode_image(data, "rgb8")
+    for pixels in (images.decode(data), decode_field("jpg", data), Decoder("rgb8")(
+            {"__key__": "k", "jpg": data})["jpg"], image_codec.open_scaled(data)[0],
+            image_codec.open_region(data, (0, 0, 128, 96))[0]):
+        np.testing.assert_array_equal(pixels, reference)
+    np.testing.assert_array_equal(images.decode(data, "l8"), decode_image(data, "l8"))
+    assert image_codec.open_scaled is imagecodec.open_scaled and image_codec.image_size is imagecodec.image_size

@@ -54,19 +54,52 @@ def test_samples_in_order_and_shuffled(shard_dir):
     raw = list(shards.samples(spec(shard_dir)))
     assert keys(raw) == ALL_KEYS
     assert raw[0]["cls"] == b"0" and raw[0]["__url__"].endswith("d-000000.tar")
-    first = keys(shards.samples(spec(shard_dir), shuffle_shards=True, seed=1, epoch=2))
-    again = keys(shards.samples(spec(shard_dir), shuffle_shards=True, seed=1, epoch=2))
-    other = keys(shards.samples(spec(shard_dir), shuffle_shards=True, seed=1, epoch=3))
+    first = keys(shards.samples(spec(shard_dir), shuffle=True, seed=1, epoch=2))
+    again = keys(shards.samples(spec(shard_dir), shuffle=True, seed=1, epoch=2))
+    other = keys(shards.samples(spec(shard_dir), shuffle=True, seed=1, epoch=3))
     assert first == again and sorted(first) == sorted(ALL_KEYS) and first != other
 
 
-@pytest.mark.parametrize("world,workers", [(1, 1), (2, 1), (2, 3), (4, 2), (3, 2)])
+@pytest.mark.parametrize("world,workers", [(1, 1), (2, 1), (2, 3), (3, 2), (6, 1)])
 def test_node_and_worker_split_covers_each_shard_once(shard_dir, world, workers):
     seen = []
     for rank, worker in itertools.product(range(world), range(workers)):
-        seen += keys(shards.samples(spec(shard_dir), shuffle_shards=True, seed=5, rank=rank, world_size=world,
+        seen += keys(shards.samples(spec(shard_dir), shuffle=True, seed=5, rank=rank, world_size=world,
                                     worker=worker, num_workers=workers))
     assert sorted(seen) == sorted(ALL_KEYS)
+
+
+def test_an_empty_split_is_an_error_naming_rank_world_size_and_shard_count(shard_dir):
+    urls = expand_urls(spec(shard_dir))[:4]
+    with pytest.raises(ValueError, match=r"rank 5 of world size 8.* 4 shards"):
+        shards.samples(urls, rank=5, world_size=8)  # at the call, not when iterated
+    with pytest.raises(ValueError, match=r"rank 5 of world size 8.* 4 shards"):
+        shards.ShardDataset(urls, rank=5, world_size=8)
+    with pytest.raises(ValueError, match=r"rank 1 of world size 2, worker 1 of 2 gets none of the 3 shards"):
+        shards.samples(urls[:3], rank=1, world_size=2, worker=1, num_workers=2)
+
+
+def test_shuffle_is_the_spelling_and_shuffle_shards_a_deprecated_alias(shard_dir):
+    new = keys(shards.ShardDataset(spec(shard_dir), shuffle=True, seed=3))
+    with pytest.warns(DeprecationWarning, match="shuffle_shards= is deprecated, use shuffle="):
+        old = keys(shards.ShardDataset(spec(shard_dir), shuffle_shards=True, seed=3))
+    assert new == old != ALL_KEYS
+    with pytest.warns(DeprecationWarning):
+        assert keys(shards.samples(spec(shard_dir), shuffle_shards=True, seed=3)) == keys(
+            shards.samples(spec(shard_dir), shuffle=True, seed=3))
+    with pytest.raises(TypeError, match="not both"):
+        shards.ShardDataset(spec(shard_dir), shuffle=True, shuffle_shards=True)
+
+
+def test_a_misspelled_option_fails_when_built_and_says_did_you_mean(shard_dir):
+    with pytest.raises(TypeError, match="'shuffle_bufer'.*did you mean 'shuffle_buffer'"):
+        shards.ShardDataset(spec(shard_dir), shuffle_bufer=10)
+    with pytest.raises(TypeError, match="did you mean 'resampled'"):
+        shards.ShardDataset(spec(shard_dir), resample=True)
+    with pytest.raises(TypeError, match="did you mean 'shuffle'"):
+        shards.samples(spec(shard_dir), shufle=True)
+    with pytest.raises(TypeError, match="did you mean 'require_end_blocks'"):
+        shards.samples(spec(shard_dir), require_end_block=False)
 
 
 def test_rank_from_environment(shard_dir, monkeypatch):
@@ -79,7 +112,7 @@ def test_rank_from_environment(shard_dir, monkeypatch):
 
 
 def test_dataset_epochs_decode_len_and_buffer(shard_dir):
-    ds = shards.ShardDataset(spec(shard_dir), epochs=2, sizes=PER_SHARD, decode="rgb8", shuffle_shards=True,
+    ds = shards.ShardDataset(spec(shard_dir), epochs=2, sizes=PER_SHARD, decode="rgb8", shuffle=True,
                              shuffle_buffer=7, seed=3)
     assert len(ds) == 2 * NSHARDS * PER_SHARD
     got = list(ds)
@@ -109,7 +142,7 @@ def test_resampled_forever(shard_dir):
 @pytest.mark.parametrize("buffer", [0, 6])
 def test_resume_yields_exactly_the_unseen_samples(shard_dir, buffer):
     def make():
-        return shards.ShardDataset(spec(shard_dir), shuffle_shards=True, shuffle_buffer=buffer, seed=4, epochs=2)
+        return shards.ShardDataset(spec(shard_dir), shuffle=True, shuffle_buffer=buffer, seed=4, epochs=2)
 
     full = keys(make())
     for stop in (1, 7, 13, 30, 41):
@@ -170,6 +203,8 @@ def test_to_tuple():
     assert shards.to_tuple(sample, "jpg;png cls") == (b"p", 3)
     with pytest.raises(SampleError, match="txt"):
         shards.to_tuple(sample, "txt")
+    assert shards.find_field(sample, "JPG;PNG") == ("png", b"p") and shards.find_field(sample, "txt") is None
+    assert shards.pick_field(sample, "__key__") == "k"
 
 
 @pytest.mark.net
@@ -213,7 +248,7 @@ def test_read_from_pipe(shard_dir):
 @pytest.mark.procs
 def test_torch_dataloader_workers_share_the_shards(shard_dir):
     torch_data = pytest.importorskip("torch.utils.data")
-    dataset = shards.ShardDataset(spec(shard_dir), shuffle_shards=True, seed=2, rank=0, world_size=1).as_torch()
+    dataset = shards.ShardDataset(spec(shard_dir), shuffle=True, seed=2, rank=0, world_size=1).as_torch()
     loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60,
                                    collate_fn=lambda sample: sample["__key__"])
     got = list(loader)

@@ -1,6 +1,7 @@
 """What the command-line tools share: turning our errors into one stderr line and an exit status,
-argparse types, and the URL… / --timeout arguments of the receiving tools (tensormon, tensorstat,
-tensorshow)."""
+one argument parser (usage errors as one line; options before, between and after positionals),
+argparse types, `--shuffle/--no-shuffle`, and the URL… / --timeout arguments of the receiving tools
+(tensormon, tensorstat, tensorshow)."""
 
 from __future__ import annotations
 
@@ -45,10 +46,101 @@ def entry_point(main: Callable[..., int | None]) -> Callable[..., int | None]:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one stderr line and exit status 2 (see `fail`)."""
+    """The ArgumentParser of every tool: usage errors are one stderr line and exit status 2 (see
+    `fail`), and options may come before, between and after the positionals (`tensorcom serve mod:fn
+    -w 2 URL`; `wl-dump -f jpg cls URL -o DIR`, where the list option gives back the URL it swallowed)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         fail(f"{message} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """parse_intermixed_args over `args` (default sys.argv[1:]) after `positionals_first`."""
+        argv = sys.argv[1:] if args is None else list(args)
+        return self.parse_intermixed_args(positionals_first(self, argv), namespace)
+
+
+def positionals_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with the positionals that a list option (nargs "+" or "*") swallowed moved to the front.
+
+    A list option takes every word up to the next option, so in `-f a b URL` it takes the URL too.
+    When the words outside options are fewer than the required positionals, the last words of the
+    last list option are the missing positionals (it keeps at least one). Anything else is unchanged.
+    """
+    needed = sum(1 for a in parser._actions if not a.option_strings and a.nargs is None)
+    found, run, i = 0, None, 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            found += len(argv) - i - 1
+            break
+        action = _option_action(parser, word)
+        if action is None:
+            found, i = found + (not _is_option(word)), i + 1
+            continue
+        end = i + 1 + _values_after(action, word, argv[i + 1:])
+        if action.nargs in ("+", "*"):
+            run = (i + 1, end)
+        i = end
+    missing = needed - found
+    if missing <= 0 or run is None or run[1] - run[0] <= missing:
+        return argv
+    cut = run[1] - missing
+    return argv[cut:run[1]] + argv[:cut] + argv[run[1]:]
+
+
+def _is_option(word: str) -> bool:
+    """True for a word argparse reads as an option (not `-`, not a negative number)."""
+    return word.startswith("-") and word != "-" and not word[1:2].isdigit()
+
+
+def _option_action(parser: argparse.ArgumentParser, word: str) -> argparse.Action | None:
+    """The action of option word `word` (`--name`, `--name=value`, a unique `--na` prefix), or None."""
+    if not _is_option(word):
+        return None
+    name = word.split("=", 1)[0]
+    table = parser._option_string_actions
+    if name in table:
+        return table[name]
+    matches = {table[s] for s in table if s.startswith("--") and s.startswith(name) and name.startswith("--")}
+    return matches.pop() if len(matches) == 1 else None
+
+
+def _values_after(action: argparse.Action, word: str, rest: list[str]) -> int:
+    """How many of the words `rest` after option `word` are its values."""
+    if "=" in word or (not word.startswith("--") and len(word) > 2) or action.nargs == 0:
+        return 0  # --name=value, -fVALUE, flags
+    words = 0
+    while words < len(rest) and not _is_option(rest[words]):
+        words += 1
+    if action.nargs in ("+", "*"):
+        return words
+    wanted = 1 if action.nargs in (None, "?") else action.nargs
+    return min(words, wanted) if isinstance(wanted, int) else words
+
+
+def add_shuffle_arguments(parser: argparse.ArgumentParser, default: bool, what: str, buffer: bool = True) -> None:
+    """`--shuffle/--no-shuffle` (default `default`) as every server takes it, and with `buffer` the
+    size of its shuffle buffer, `--shuffle-buffer N`; `what` says what is shuffled. `-S` meant opposite
+    things in tensorcom 0.1's two ImageNet servers: it is refused with a line that says which flag to use."""
+    parser.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=default,
+                        help=f"shuffle {what} (default: {'--shuffle' if default else '--no-shuffle'})")
+    if buffer:
+        parser.add_argument("--shuffle-buffer", type=positive_int, default=1000, metavar="N",
+                            help="items in the shuffle buffer (default 1000)")
+    parser.add_argument("-S", nargs=0, action=Removed, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                        message="-S is gone: it meant --no-shuffle in serve-imagenet-dir and --shuffle in "
+                        "serve-imagenet-shards; say --shuffle or --no-shuffle")
+
+
+class Removed(argparse.Action):
+    """An option that is no longer accepted: using it fails with `message` (one line, exit 2)."""
+
+    def __init__(self, option_strings, dest, message: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        fail(self.message or f"{option_string} is no longer accepted")
 
 
 def positive_int(text: str) -> int:

@@ -19,7 +19,7 @@ import sys
 
 from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
-from tensorcom.cli.wlrun import Job, run_sample
+from tensorcom.pipeline.commands import CommandJob, run_sample
 
 
 def parse(argv: list[str] | None):
@@ -46,7 +46,7 @@ def parse(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def make_job(args) -> Job:
+def make_job(args) -> CommandJob:
     """The per-sample job description from the arguments (regexes checked here)."""
     for flag, pattern in (("--include", args.include), ("--exclude", args.exclude)):
         if pattern is not None:
@@ -56,8 +56,8 @@ def make_job(args) -> Job:
                 raise ValueError(f"{flag} {pattern!r}: {exc}") from None
     if not args.base or "/" in args.base:
         raise ValueError(f"--base must be a plain file name, got {args.base!r}")
-    return Job(command=args.command, base=args.base, fields=tuple(wlcommon.parse_fields(args.fields) or ()),
-               timeout=args.timeout, include=args.include, exclude=args.exclude, skip_errors=args.skip_errors)
+    return CommandJob(command=args.command, base=args.base, timeout=args.timeout, include=args.include,
+                      exclude=args.exclude, skip_errors=args.skip_errors)
 
 
 def write_all(results, args) -> tuple[int, list]:
@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command over every sample of URL; summary (and skipped count) on stderr."""
     args = parse(argv)
     job = functools.partial(run_sample, job=make_job(args))
-    source = wlcommon.samples(args.url, skip=args.skip, count=args.count,
-                              require_end_blocks=args.require_end_blocks)
+    fields = wlcommon.parse_fields(args.fields)
+    source = (wlcommon.select_fields(sample, fields) for sample in
+              wlcommon.samples(args.url, skip=args.skip, count=args.count, require_end_blocks=args.require_end_blocks))
     results = wlcommon.run_tasks(job, source, args.processes)
     with contextlib.closing(results):
         written, failures = write_all(results, args)

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import itertools
 import sys
-import traceback
-from typing import Any, Callable, Generator, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.cli import common
-from tensorcom.errors import ShardError, TensorcomError, WorkerError
+from tensorcom.errors import ShardError, TensorcomError
 
 SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
 DECODE_CHOICES = ("none", "rgb8", "rgb", "l8", "l", "rgba8", "rgba", "pil")
@@ -24,9 +22,10 @@ _NUMPY_INLINE_LIMIT = 16  # arrays with more elements print as a summary
 
 
 def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """A parser with the positional URL every wl-* tool takes; `description` (the tool module's
-    docstring, with its examples) is shown as written."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+    """A common.Parser (one-line usage errors; options anywhere around the URL) with the positional
+    URL every wl-* tool takes; `description` (the tool module's docstring, with its examples) is shown
+    as written."""
+    parser = common.Parser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "url",
@@ -60,11 +59,9 @@ def parse_fields(values: list[str] | None) -> list[str] | None:
 
 def getfirst(sample: dict, spec: str) -> tuple[str, Any] | None:
     """(extension, value) of the first alternative of `spec` ("jpg;png") present in `sample`, or None."""
-    for name in spec.split(";"):
-        name = name.strip().lower() if not name.startswith("__") else name.strip()
-        if name in sample:
-            return name, sample[name]
-    return None
+    from tensorcom.shards import find_field
+
+    return find_field(sample, spec)
 
 
 def select_fields(sample: dict, fields: list[str] | None) -> dict:
@@ -105,33 +102,11 @@ def run_tasks(func: Callable[[Any], Any], items: Iterable[Any], processes: int,
     items at most in flight). The first item that fails *in input order* ends the iteration with a
     WorkerError naming its key (so which error is reported does not depend on timing); a worker
     process that dies ends it with WorkerDied. Closing the iterator stops and joins the workers."""
-    attempt = functools.partial(try_call, func)
+    from tensorcom.pipeline.workers import parallel_map, serial_map
+
     if processes == 0:
-        return _raise_failures(attempt(item) for item in items)
-    from tensorcom.pipeline.workers import parallel_map
-
-    return _raise_failures(parallel_map(items, attempt, workers=processes, processes=True, buffer=buffer))
-
-
-def try_call(func: Callable[[Any], Any], item: Any) -> tuple[bool, Any]:
-    """(True, func(item)), or (False, (message, traceback, key)) when func raised an Exception."""
-    try:
-        return True, func(item)
-    except Exception as exc:
-        if isinstance(exc, WorkerError):  # already names its key
-            return False, (str(exc).splitlines()[0], exc.remote_traceback or traceback.format_exc(), None)
-        message = str(exc) if isinstance(exc, TensorcomError) else f"{type(exc).__name__}: {exc}"
-        key = item.get("__key__") if isinstance(item, dict) else None
-        return False, ((message.splitlines() or [type(exc).__name__])[0], traceback.format_exc(), key)
-
-
-def _raise_failures(answers: Generator[tuple[bool, Any], None, None]) -> Iterator[Any]:
-    """The values of `answers` from try_call; the first failure raised as WorkerError."""
-    with contextlib.closing(answers):
-        for ok, value in answers:
-            if not ok:
-                raise WorkerError(*value)
-            yield value
+        return serial_map(items, func)
+    return parallel_map(items, func, workers=processes, processes=True, buffer=buffer)
 
 
 def shard_list(url: str) -> list[str]:

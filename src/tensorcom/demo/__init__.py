@@ -1,2 +1,3 @@
-"""What `tensorcom demo` runs: the built-in dataset of coloured shapes (`data`) and its small
-classifier (`trainer`)."""
+"""What `tensorcom demo` runs: the built-in dataset of coloured shapes (`data`), its small classifier
+(`trainer`), the serve-imagenet-dir subprocess (`server`) and the run that ties them together
+(`run.run_demo`)."""

@@ -11,6 +11,8 @@
     ImageFolder(root), ImageFolder.from_list(file), image_folder_root(dir)
     ImageFolderSource(root, shuffle=False, read=True)   the tree as a tensorcom.Pipeline source
     init_worker()                              in a loader worker process: enables torch's fast resize
+    dir_pipeline(root, batch_size=64), shards_pipeline(urls, batch_size=64)   the ImageNet training
+                                               pipelines of serve-imagenet-dir/-shards (images.imagenet)
 
 Speed: the crop is chosen from the JPEG header first; libjpeg-turbo then decodes at the smallest DCT
 scale (1, 1/2, 1/4, 1/8) that covers it at the output size (simplejpeg), and only the crop's region
@@ -42,6 +44,7 @@ from tensorcom.images.folder import (
     ImageFolderSource,
     image_folder_root,
 )
+from tensorcom.images.imagenet import dir_pipeline, shards_pipeline
 from tensorcom.images.resample import BACKENDS, init_worker
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "TrainTransform",
     "center_crop",
     "decode",
+    "dir_pipeline",
     "eval_transform",
     "hflip",
     "image_folder_root",
@@ -64,5 +68,6 @@ __all__ = [
     "init_worker",
     "normalize",
     "resize",
+    "shards_pipeline",
     "train_transform",
 ]

@@ -1,14 +1,18 @@
 """The pipeline layer: sources, stages, parallel workers, and serving a pipeline over ZeroMQ.
 
     Pipeline(source, seed=0)...        a source and a chain of stages (tensorcom.pipeline._pipeline)
+    ShardDataset(urls, ...)            the shortcut that builds the usual Pipeline over tar shards
     IterableSource, ShardSource, PathSource, FetchSource, Source     where samples come from
+    Node                               the contract of every source and stage: next, state_dict, load_state_dict
     serve(pipeline, urls, workers=N)   run a pipeline in N processes that send to URLs
     WorkerPool, parallel_map, prefetching                             the worker machinery
 
 See docs/pipeline.md for the user guide.
 """
 
+from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._pipeline import Pipeline
+from tensorcom.pipeline._shard_dataset import ShardDataset
 from tensorcom.pipeline.serving import serve
 from tensorcom.pipeline.sources import (
                   FetchSource,
@@ -19,5 +23,5 @@ from tensorcom.pipeline.sources import (
 )
 from tensorcom.pipeline.workers import WorkerPool, parallel_map, prefetching
 
-__all__ = sorted(["FetchSource", "IterableSource", "PathSource", "Pipeline", "ShardSource", "Source",
-                  "WorkerPool", "parallel_map", "prefetching", "serve"])
+__all__ = sorted(["FetchSource", "IterableSource", "Node", "PathSource", "Pipeline", "ShardDataset", "ShardSource",
+                  "Source", "WorkerPool", "parallel_map", "prefetching", "serve"])

@@ -6,12 +6,24 @@
       .batch(n, partial=True, collate=default_collate)  .unbatch()  .rebatch(n, ...)
       .repeat(epochs=None)  .take(n)  .prefetch(n=2)
       .parallel(workers, processes=True, buffer=2, init=None)   everything before it, in N processes
+      .decode(*handlers, handler=None)  .rename(new="old1;old2")  .map_dict(field=fn)  .map_tuple(fn0, ...)
+      .slice([start,] stop[, step])  .with_epoch(n)  .with_length(n)     WebDataset's stages
     iter(p), len(p) (TypeError when unknown), p.set_epoch(e), p.shard(worker, num_workers)
 
 Every chaining method returns a new Pipeline and leaves the old one as it was, so a pipeline is a
 value: it can be shared, extended twice, pickled (when its functions are module-level) and sent to
-another process. Nothing runs and no worker starts until iteration; each `iter()` rebuilds the
-stage generators for the current epoch.
+another process. Nothing runs and no worker starts until iteration; each `iter()` builds the chain
+of nodes (tensorcom.pipeline._chain) for the current epoch. `Pipeline(other_pipeline_or_ShardDataset)`
+continues that pipeline (same source, steps and seed).
+
+State: `p.state_dict()` is the position of the latest iterator of `p` (epoch, share, and the state of
+every node of its chain); `p.load_state_dict(state)` makes the next `iter(p)` yield exactly the items
+that followed, wherever the checkpoint was taken (inside a shuffle buffer, a batch, a map on worker
+threads or processes, a parallel stage). Inside a torch DataLoader worker (or a StatefulDataLoader's)
+the state is that worker's.
+
+Options are checked when the pipeline is built: a misspelled keyword is a TypeError that says
+"did you mean ...".
 
 Randomness: `map(fn, rng=True)` calls fn(sample, rng) with a numpy Generator that is a pure function
 of (seed, epoch, shard worker, stage index, sample position) — the same whichever thread or process
@@ -25,20 +37,28 @@ worker index in the rng key, so `parallel(N, processes=False)` (threads) yields 
 
 from __future__ import annotations
 
-import math
-import sys
+import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from tensorcom.pipeline import stages
-from tensorcom.pipeline._shares import shard_parallel
-from tensorcom.pipeline.sources import IterableSource, Source
-from tensorcom.pipeline.workers import (
-    WorkerPool,
-    check_picklable,
-    parallel_map,
-    prefetching,
+from tensorcom.pipeline._chain import build_chain, chain_length
+from tensorcom.pipeline._fieldstages import (
+    DictMapper,
+    Renamer,
+    SampleDecoder,
+    TupleMapper,
+    kept,
 )
+from tensorcom.pipeline._node import Node
+from tensorcom.pipeline._sliced import slice_bounds
+from tensorcom.pipeline.sources import IterableSource, Source
+from tensorcom.pipeline.workers import WorkerPool, check_picklable
+from tensorcom.shards._options import check_options
+from tensorcom.shards.fields import Decoder
+from tensorcom.shards.handlers import Handler, SkipCounts
+from tensorcom.shards.shardlist import worker_and_count
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,21 +88,51 @@ def _callable(name: str, value: Any) -> Callable:
     return value
 
 
+def _checked_options(cls: type) -> type:
+    """Wrap every public method of `cls` so that a misspelled keyword is a TypeError with "did you mean"."""
+    for name, method in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(method):
+            continue
+        parameters = inspect.signature(method).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            continue  # takes any keyword (rename, map_dict)
+        known = [p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+        setattr(cls, name, _checking(method, f"Pipeline.{name}()", known))
+    return cls
+
+
+def _checking(method: Callable, where: str, known: list[str]) -> Callable:
+    @functools.wraps(method)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        check_options(where, kwargs, known)
+        return method(self, *args, **kwargs)
+
+    return checked
+
+
+@_checked_options
 class Pipeline:
     """A source plus stages; iterate it for one epoch of samples (or batches)."""
 
-    def __init__(self, source: Any, *, seed: int = 0):
-        _non_negative("seed", seed)
+    def __init__(self, source: Any, *, seed: int | None = None):
+        inner = source.as_pipeline() if hasattr(source, "as_pipeline") else source
+        if isinstance(inner, Pipeline):  # continue that pipeline (a ShardDataset's, say)
+            self.__dict__.update(inner._copy(_pools={}).__dict__)
+            self.seed = inner.seed if seed is None else _non_negative("seed", seed)
+            return
+        self.seed = 0 if seed is None else _non_negative("seed", seed)
         self.source: Source = source if isinstance(source, Source) else IterableSource(source)
-        self.seed = seed
         self.steps: tuple[Step, ...] = ()
         self.epoch = 0
         self.worker = 0
         self.num_workers = 1
         self._pools: dict[Step, WorkerPool] = {}  # persistent maps' workers; shared by copies
+        self._live: tuple[Node, int, int] | None = None  # the latest iterator, its worker and share count
+        self._resume: dict | None = None  # the state the next iterator starts from
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pools": {}}  # workers stay with the process that started them
+        # workers and live iterators stay with the process that started them
+        return {**self.__dict__, "_pools": {}, "_live": None}
 
     def close(self) -> None:
         """Stop the workers of persistent maps (they restart if the pipeline is iterated again)."""
@@ -97,7 +147,8 @@ class Pipeline:
 
     def _copy(self, **changes: Any) -> Pipeline:
         new = object.__new__(Pipeline)
-        new.__dict__.update(self.__dict__, **changes)
+        new.__dict__.update(self.__dict__, _live=None, _resume=None)
+        new.__dict__.update(changes)
         return new
 
     def _then(self, kind: str, **args: Any) -> Pipeline:
@@ -190,11 +241,51 @@ class Pipeline:
                 check_picklable(init, "init function")
         return self._then("parallel", workers=workers, processes=processes, buffer=buffer, init=init)
 
+    # --- WebDataset's stages (functions in tensorcom.pipeline._fieldstages, _sliced) -------------
+
+    def decode(self, *handlers: str | Callable[[str, bytes], Any], handler: Handler | None = None,
+               counts: SkipCounts | None = None, allow_pickle: bool = False) -> Pipeline:
+        """Decode the bytes fields of dict samples (tensorcom.shards.fields.Decoder): `handlers` are
+        image modes ("rgb8", "rgb", "l8", "pil", "numpy", "torch": CHW float, ...) and callables
+        (field name, bytes) -> value or None, tried in order; other fields decode by extension. A
+        sample that fails goes to the bad-data policy `handler` (None: raise; warn_and_continue /
+        ignore_and_continue drop it and count it in `counts`)."""
+        decoder = SampleDecoder(Decoder(*handlers, allow_pickle=allow_pickle), handler, counts)
+        return self.map(decoder) if handler is None else self.map(decoder).filter(kept)
+
+    def rename(self, keep: bool = True, **names: str) -> Pipeline:
+        """Rename fields of dict samples, new="old1;old2" (the first old field present); `keep=False`
+        drops the fields not named (but `__key__`, `__url__`)."""
+        return self.map(Renamer(names, keep))
+
+    def map_dict(self, **fns: Callable[[Any], Any]) -> Pipeline:
+        """Apply fns[field] to those fields of dict samples (field=fn)."""
+        return self.map(DictMapper(fns))
+
+    def map_tuple(self, *fns: Callable[[Any], Any] | None) -> Pipeline:
+        """Apply fns[i] to item i of tuple samples (None: leave it)."""
+        return self.map(TupleMapper(fns))
+
+    def slice(self, *args: int | None) -> Pipeline:
+        """Items as itertools.islice(items, *args) picks them: slice(stop) or slice(start, stop[, step])."""
+        start, stop, step = slice_bounds(*args)
+        return self._then("slice", start=start, stop=stop, step=step)
+
+    def with_length(self, count: int) -> Pipeline:
+        """Declare len() of this pipeline (per shard worker); iteration is unchanged."""
+        return self._then("with_length", count=_non_negative("length", count))
+
+    def with_epoch(self, count: int) -> Pipeline:
+        """Make an epoch exactly `count` items (per shard worker), as WebDataset does: the stages before
+        run again (as repeat() does) until `count` items have come; len() is `count`."""
+        return self.repeat().take(_non_negative("epoch length", count)).with_length(count)
+
     # --- epochs, sharding, iteration -----------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> Pipeline:
-        """Use `epoch` for the next iterations (changes shuffles and rngs); returns self."""
+        """Use `epoch` for the next iterations (changes shuffles and rngs), from its start; returns self."""
         self.epoch = _non_negative("epoch", epoch)
+        self._live = self._resume = None
         return self
 
     def shard(self, worker: int, num_workers: int) -> Pipeline:
@@ -205,97 +296,54 @@ class Pipeline:
         return self._copy(worker=worker, num_workers=num_workers)
 
     def __iter__(self) -> Iterator[Any]:
-        """One epoch's items. Inside a torch DataLoader worker an unsharded pipeline takes that
-        worker's share by itself, so num_workers > 0 never duplicates samples."""
-        loader_worker = _torch_worker() if self.num_workers == 1 else None
-        if loader_worker is not None:
-            return self.shard(*loader_worker)._build(len(self.steps), self.epoch)
-        return self._build(len(self.steps), self.epoch)
+        """One epoch's items, from the state given to load_state_dict if any. Inside a torch
+        DataLoader worker an unsharded pipeline takes that worker's share (the only place where a
+        pipeline splits by worker), so num_workers > 0 never duplicates samples."""
+        share = self
+        if self.num_workers == 1:
+            worker, num_workers = worker_and_count(None, None)
+            share = self.shard(worker, num_workers) if num_workers > 1 else self
+        chain = build_chain(share, len(share.steps), self.epoch)
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            if (resume["worker"], resume["num_workers"]) != (share.worker, share.num_workers):
+                raise ValueError(f"the state is of share {resume['worker']} of {resume['num_workers']}, "
+                                 f"this iterator is share {share.worker} of {share.num_workers}")
+            chain.load_state_dict(resume["chain"])
+        self._live = (chain, share.worker, share.num_workers)
+        return chain
 
-    def _build(self, count: int, epoch: int) -> Iterator[Any]:
-        """The generator chain of the first `count` steps for `epoch`."""
-        cuts = [i for i in range(count) if self.steps[i].kind in ("repeat", "parallel")]
-        if cuts:
-            start = cuts[-1] + 1
-            run = self._parallel if self.steps[cuts[-1]].kind == "parallel" else self._repeated
-            stream = run(cuts[-1], epoch)
-        else:
-            start = 0
-            stream = self.source.iterate(seed=self.seed, epoch=epoch, worker=self.worker, num_workers=self.num_workers)
-        for index in range(start, count):
-            stream = self._apply(index, stream, epoch)
-        return stream
+    def state_dict(self) -> dict[str, Any]:
+        """Where the latest iterator stands: {"seed", "epoch", "worker", "num_workers", "chain": the
+        state of its nodes (None: the start of the epoch)}; plain dicts, lists and numbers."""
+        if self._live is not None:
+            chain, worker, num_workers = self._live
+            return {"seed": self.seed, "epoch": self.epoch, "worker": worker, "num_workers": num_workers,
+                    "chain": chain.state_dict()}
+        if self._resume is not None:
+            return dict(self._resume)
+        return {"seed": self.seed, "epoch": self.epoch, "worker": self.worker, "num_workers": self.num_workers,
+                "chain": None}
 
-    def _repeated(self, index: int, epoch: int) -> Iterator[Any]:
-        """Passes over steps[:index], each with its own epoch; stops early if a pass yields nothing."""
-        epochs = self.steps[index].args["epochs"]
-        k = 0
-        while epochs is None or k < epochs:
-            inner = epoch + k if epochs is None else epoch * epochs + k
-            empty = True
-            for item in self._build(index, inner):
-                empty = False
-                yield item
-            if empty:
-                return
-            k += 1
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next iteration continue after the items that preceded `state` (from state_dict of
+        an equal pipeline). ValueError for a state of another seed."""
+        if not isinstance(state, dict) or not {"seed", "epoch", "chain"} <= set(state):
+            raise TypeError(f"not a Pipeline state: {state!r:.200}")
+        if state["seed"] != self.seed:
+            raise ValueError(f"the state is of a pipeline with seed {state['seed']}, this one has seed {self.seed}")
+        self.epoch = _non_negative("epoch", state["epoch"])
+        self._live = None
+        self._resume = {"worker": self.worker, "num_workers": self.num_workers, **state}
 
     def _subshard(self, index: int, count: int, steps: int) -> Pipeline:
         """A copy with the first `steps` stages on share `index` of `count` of this pipeline's share."""
-        return self._copy(steps=self.steps[:steps], worker=self.worker * count + index,
+        return self._copy(steps=self.steps[:steps], worker=self.worker + self.num_workers * index,
                           num_workers=self.num_workers * count, _pools={})
-
-    def _parallel(self, index: int, epoch: int) -> Iterator[Any]:
-        """steps[:index] for `epoch` on the parallel stage's workers, their items round-robin."""
-        a = self.steps[index].args
-        make = ShareMaker(self._copy(steps=self.steps[:index], _pools={}), epoch)
-        return shard_parallel(make, workers=a["workers"], processes=a["processes"], buffer=a["buffer"],
-                              init=a["init"])
-
-    def _apply(self, index: int, stream: Iterator[Any], epoch: int) -> Iterator[Any]:
-        step = self.steps[index]
-        a = step.args
-        key = (self.seed, epoch, self.worker, index)
-        if step.kind == "map":
-            if a["workers"] == 0:
-                rngs = (lambda position: stages.sample_rng(*key, position)) if a["rng"] else None
-                return stages.mapping(stream, a["fn"], rngs)
-            options = {"ordered": a["ordered"], "buffer": a["buffer"], "rng_key": key if a["rng"] else None}
-            pool = self._pools.get(step)
-            if a["persistent"] and pool is None:
-                pool = self._pools[step] = WorkerPool(a["fn"], a["workers"], a["processes"])
-            if pool is not None and not pool.busy:
-                return pool.map(stream, **options)
-            return parallel_map(stream, a["fn"], workers=a["workers"], processes=a["processes"], **options)
-        simple: dict[str, Callable[[], Iterator[Any]]] = {
-            "filter": lambda: stages.filtering(stream, a["predicate"]),
-            "select": lambda: stages.selecting(stream, a["fields"]),
-            "to_tuple": lambda: stages.tupling(stream, a["fields"]),
-            "shuffle": lambda: stages.shuffling(stream, a["bufsize"], stages.sample_rng(*key, 0)),
-            "batch": lambda: stages.batching(stream, a["size"], a["partial"], a["collate"]),
-            "unbatch": lambda: stages.unbatching(stream),
-            "rebatch": lambda: stages.rebatching(stream, a["size"], a["partial"], a["collate"]),
-            "take": lambda: stages.taking(stream, a["count"]),
-            "prefetch": lambda: prefetching(stream, a["size"]),
-        }
-        return simple[step.kind]()
 
     def length(self) -> int | None:
         """Number of items one iteration yields (for this shard), or None when it cannot be known."""
-        return self._length(len(self.steps))
-
-    def _length(self, count: int) -> int | None:
-        """Items out of the first `count` steps (None: unknown)."""
-        cuts = [i for i in range(count) if self.steps[i].kind == "parallel"]
-        if cuts:
-            n = self.steps[cuts[-1]].args["workers"]
-            sizes = [self._subshard(i, n, cuts[-1])._length(cuts[-1]) for i in range(n)]
-            size, start = (None if None in sizes else sum(sizes)), cuts[-1] + 1  # type: ignore[arg-type]
-        else:
-            size, start = self.source.length(self.worker, self.num_workers), 0
-        for step in self.steps[start:count]:
-            size = _step_length(step, size)
-        return size
+        return chain_length(self, len(self.steps))
 
     def __len__(self) -> int:
         size = self.length()
@@ -314,35 +362,3 @@ class Pipeline:
     def __repr__(self) -> str:
         names = "".join(f".{s.kind}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})" for s in self.steps)
         return f"Pipeline({type(self.source).__name__}, seed={self.seed}){names}"
-
-
-class ShareMaker:
-    """Picklable `make(i, n)` for shardworkers: the iterator of share i of n of `pipeline` at `epoch`."""
-
-    def __init__(self, pipeline: Pipeline, epoch: int):
-        self.pipeline, self.epoch = pipeline, epoch
-
-    def __call__(self, index: int, count: int) -> Iterator[Any]:
-        share = self.pipeline._subshard(index, count, len(self.pipeline.steps))
-        return share._build(len(share.steps), self.epoch)
-
-
-def _torch_worker() -> tuple[int, int] | None:
-    """(id, num_workers) when running in a torch DataLoader worker (torch already imported), else None."""
-    torch = sys.modules.get("torch")
-    info = torch.utils.data.get_worker_info() if torch is not None and hasattr(torch, "utils") else None
-    return None if info is None else (info.id, info.num_workers)
-
-
-def _step_length(step: Step, size: int | None) -> int | None:
-    """Items out of `step` given `size` items in (None: unknown)."""
-    if size is None or step.kind in ("filter", "unbatch", "rebatch"):
-        return None
-    if step.kind == "batch":
-        rounding = math.ceil if step.args["partial"] else math.floor
-        return int(rounding(size / step.args["size"]))
-    if step.kind == "repeat":
-        return None if step.args["epochs"] is None else size * step.args["epochs"]
-    if step.kind == "take":
-        return min(size, step.args["count"])
-    return size

@@ -7,15 +7,19 @@ around it, so arrays arrive writable and copied once (a multiprocessing.Queue co
 several times, and a multiprocessing Connection twice on receipt). Pipes are widened to 1 MiB where the
 OS allows it, so a typical batch passes in few system calls.
 
-`ResultPipes.get` waits on every pipe and every worker's process sentinel at once, so a worker that
+`BufferedSender` puts a bounded queue and a thread in front of a worker's pipe, so the worker
+computes ahead while the consumer is busy. `ResultPipes.get` waits on every pipe and every worker's process sentinel at once, so a worker that
 dies is noticed as soon as the OS reports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
+import queue
+import threading
 from array import array
 from collections import deque
 from multiprocessing import connection as mpc
@@ -60,19 +64,65 @@ def _read_exact(stream: io.FileIO, size: int) -> bytearray:
 
 class PipeSender:
     """The worker's end: `put(obj)` pickles obj here (so a pickling error is raised to the caller,
-    before anything is written) and writes it to the pipe; blocks while the pipe is full.
+    before anything is written) and writes it to the pipe; blocks while the pipe is full (`timeout`
+    is accepted for the outbox protocol of tensorcom.pipeline._loop, and ignored); BrokenPipeError
+    once the reader is closed.
     Frame: int64 count of buffers, int64 pickle length, int64 size of each buffer; pickle; buffers."""
 
     def __init__(self, conn: Any):
         self.conn = conn  # kept so the descriptor stays open
         self.fd = conn.fileno()
 
-    def put(self, obj: Any) -> None:
+    def put(self, obj: Any, timeout: float | None = None) -> None:
         buffers: list[pickle.PickleBuffer] = []
         data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         views = [b.raw() for b in buffers]
         header = array("q", [len(views), len(data), *(v.nbytes for v in views)])
         _write_all(self.fd, [header, data, *views])
+
+
+class BufferedSender:
+    """A PipeSender behind a bounded queue of `size` messages and a thread of its own, so the worker
+    computes ahead while the pipe is full. `put(message, timeout)` queues (queue.Full after
+    `timeout`), BrokenPipeError once the thread has stopped. The thread writes messages in order
+    until an "end" or "error" message has gone, `stop` is set, or the pipe breaks; a message it
+    cannot pickle is replaced by `on_error(exc, sent)` (sent: messages written so far), and then
+    it stops. `drain(stop)` waits for the thread to finish."""
+
+    def __init__(self, conn: Any, size: int, stop: Any, on_error: Callable[[Exception, int], Any]):
+        self.queue: queue.Queue = queue.Queue(size)
+        self.sender, self.stop, self.on_error = PipeSender(conn), stop, on_error
+        self.thread = threading.Thread(target=self._pump, name="tensorcom-pipe-sender", daemon=True)
+        self.thread.start()
+
+    def put(self, message: Any, timeout: float | None = None) -> None:
+        if not self.thread.is_alive():
+            raise BrokenPipeError("the pipe sender has stopped")
+        self.queue.put(message, timeout=timeout)
+
+    def _pump(self) -> None:
+        sent = 0
+        while not self.stop.is_set():
+            try:
+                message = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self.sender.put(message)
+            except BrokenPipeError:
+                return  # the parent has gone or closed its end
+            except Exception as exc:
+                with contextlib.suppress(BrokenPipeError):
+                    self.sender.put(self.on_error(exc, sent))
+                return
+            sent += 1
+            if message[0] != "item":
+                return
+
+    def drain(self, stop: Any) -> None:
+        """Wait until every queued message has gone (or `stop` is set)."""
+        while self.thread.is_alive() and not stop.is_set():
+            self.thread.join(timeout=0.1)
 
 
 def receive(stream: io.FileIO) -> Any:

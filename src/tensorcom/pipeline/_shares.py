@@ -12,17 +12,17 @@ Order. Items are taken round-robin: item 0 of worker 0, item 0 of worker 1, ...,
 0, ...; a worker whose share is exhausted drops out of the rotation. The order is therefore a pure
 function of the shares, the same with threads (processes=False) as with processes.
 
-Messages. Each worker puts ("item", x) for each item of its share, then ("end", count) or
-("error", (worker, repr, traceback text, sample key)). A worker computes ahead by at most `buffer`
-items (a bounded queue drained by a sender thread that pickles and writes), so memory stays bounded
-whatever the consumer's speed.
+Messages. Each worker runs the one worker loop (tensorcom.pipeline._loop) on a single task, its
+share: ("item", i, x) for each item, then ("end", i, count) or ("error", i, Failure). A worker
+process computes ahead by at most `buffer` items (a _pipes.BufferedSender: a bounded queue drained
+by a thread that pickles and writes), so memory stays bounded whatever the consumer's speed.
 
 Shutdown. Workers start on the first next(); whatever ends the iteration (exhaustion, `close()`, an
 exception) sets the stop event and joins them; processes still alive a second later are terminated,
 then killed. Processes are spawned (never forked), ignore SIGINT, and leave by themselves when their
-parent disappears (workers.watch_parent). A failing share raises errors.WorkerError with the
+parent disappears (tensorcom.pipeline._watch). A failing share raises errors.WorkerError with the
 worker's traceback and the sample key when known; a process that dies without a word raises
-errors.WorkerDied within workers.POLL seconds of the consumer waiting on it.
+errors.WorkerDied within _loop.POLL seconds of the consumer waiting on it.
 """
 
 from __future__ import annotations
@@ -30,97 +30,54 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-import signal
 import threading
-import traceback
 from collections import deque
 from multiprocessing import connection as mpc
 from typing import Any, Callable, Iterator
 
-from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import _pipes as procpipe
-from tensorcom.pipeline.workers import (
-    POLL,
-    check_picklable,
-    check_sizes,
-    describe_exit,
-    join_or_kill,
-    put_unless_stopped,
-    watch_parent,
-)
+from tensorcom.pipeline._failure import Failure, died
+from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
+from tensorcom.pipeline._watch import enter_worker_process
+from tensorcom.pipeline.workers import check_picklable, check_sizes
 
 
-def share_loop(make: Callable, ident: int, count: int, outq: queue.Queue, stop: Any) -> None:
-    """Iterate share `ident` of `count` (from `make`) into `outq` as ("item", x) messages, then
-    ("end", n) or ("error", failure); returns early once `stop` is set. Runs in a thread or a process."""
-    produced = 0
-    try:
-        items = make(ident, count)
-        for item in items:
-            if not put_unless_stopped(outq, ("item", item), stop):
-                return
-            produced += 1
-        put_unless_stopped(outq, ("end", produced), stop)
-    except Exception as exc:
-        failure = (ident, repr(exc), traceback.format_exc(), getattr(exc, "tensorcom_key", None))
-        put_unless_stopped(outq, ("error", failure), stop)
+class _Share:
+    """The work of share worker `ident` of `count`: its payload is `ident`, its values make(ident, count)."""
 
+    def __init__(self, make: Callable, count: int):
+        self.make, self.count = make, count
 
-def sender_loop(outq: queue.Queue, sender: procpipe.PipeSender, ident: int, stop: Any) -> None:
-    """Thread body in a worker process: write each message of `outq` to the parent's pipe until "end"
-    or "error" has gone; an item that cannot be pickled is sent as that worker's error instead."""
-    sent = 0
-    while not stop.is_set():
-        try:
-            message = outq.get(timeout=POLL)
-        except queue.Empty:
-            continue
-        try:
-            sender.put(message)
-            sent += 1
-        except BrokenPipeError:
-            return  # the parent has gone or closed its end
-        except Exception as exc:
-            what = f"cannot send item {sent} of share {ident} to the parent: {exc!r}"
-            sender.put(("error", (ident, what, traceback.format_exc(), None)))
-            stop.set()  # this process's own stop (see process_main): the other workers go on until closed
-            return
-        if message[0] != "item":
-            return
+    def __call__(self, ident: int) -> Any:
+        return self.make(ident, self.count)
 
 
 def process_main(make: Callable, ident: int, count: int, writer: Any, stop: Any, buffer: int,
                  init: Callable[[], Any] | None, parent_pid: int) -> None:
-    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run `init`, then compute
-    the share on this thread while a sender thread writes the results to `writer`."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_parent(parent_pid)
-    stop = _Either(stop, threading.Event())
-    outq: queue.Queue = queue.Queue(buffer)
-    sender = threading.Thread(target=sender_loop, args=(outq, procpipe.PipeSender(writer), ident, stop),
-                              name="tensorcom-share-sender", daemon=True)
-    sender.start()
-    try:
-        if init is not None:
-            init()
-        share_loop(make, ident, count, outq, stop)
-    except Exception as exc:  # init failed
-        put_unless_stopped(outq, ("error", (ident, repr(exc), traceback.format_exc(), None)), stop)
-    while sender.is_alive() and not stop.is_set():
-        sender.join(timeout=POLL)
+    """Entry point of a worker process: ignore Ctrl-C, watch the parent, then run `init` and the
+    share through the worker loop, its messages leaving through a BufferedSender on `writer`."""
+    enter_worker_process(parent_pid)
+
+    def unsendable(exc: Exception, sent: int) -> tuple:
+        what = f"cannot send item {sent} of share {ident} to the parent: {exc!r}"
+        return ("error", ident, Failure.capture(exc, ident, sent, message=what))
+
+    sender = procpipe.BufferedSender(writer, buffer, stop, unsendable)
+    work = _Share(make, count)
+    if init is not None:
+        work = _after(init, work)
+    worker_loop(work, one_task(ident, tag=ident), sender, stop, ident)
+    sender.drain(stop)
 
 
-class _Either:
-    """A stop signal set by the parent (`shared`, for every worker) or by this process (`local`)."""
+def _after(init: Callable[[], Any], work: Callable) -> Callable:
+    """`work`, with init() called first (so that a failing init is the share's failure)."""
 
-    def __init__(self, shared: Any, local: threading.Event):
-        self.shared, self.local = shared, local
+    def started(payload: Any) -> Any:
+        init()
+        return work(payload)
 
-    def is_set(self) -> bool:
-        return self.local.is_set() or self.shared.is_set()
-
-    def set(self) -> None:
-        self.local.set()
+    return started
 
 
 class _Shares:
@@ -142,8 +99,9 @@ class _Shares:
             return
         self.stop = threading.Event()
         self.queues = [queue.Queue(buffer) for _ in range(count)]
-        self.workers = [threading.Thread(target=share_loop, args=(make, i, count, self.queues[i], self.stop),
-                                         daemon=True, name=f"tensorcom-share-{i}") for i in range(count)]
+        self.workers = [threading.Thread(target=worker_loop, daemon=True, name=f"tensorcom-share-{i}",
+                                         args=(_Share(make, count), one_task(i, tag=i), self.queues[i], self.stop, i))
+                        for i in range(count)]
         for worker in self.workers:
             worker.start()
 
@@ -168,7 +126,7 @@ class _Shares:
                     return self.queues[ident].get(timeout=POLL)
                 except queue.Empty:
                     if not self.workers[ident].is_alive() and self.queues[ident].empty():
-                        raise WorkerDied(f"share worker thread {ident} ended unexpectedly") from None
+                        raise died("share worker", ident, self.workers[ident]) from None
                     continue
             reader, proc = self.readers[ident], self.workers[ident]
             if mpc.wait([reader, proc.sentinel], POLL):
@@ -176,7 +134,7 @@ class _Shares:
                     return procpipe.receive(self.streams[ident])
                 except EOFError:
                     proc.join(timeout=1.0)
-                    raise WorkerDied(f"share worker process {ident} (pid {proc.pid}) {describe_exit(proc.exitcode)}") from None
+                    raise died("share worker", ident, proc) from None
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes alive after ~1 s are terminated, then killed."""
@@ -209,14 +167,13 @@ def _rotate(make: Callable, workers: int, processes: bool, buffer: int, init: Ca
     try:
         turn = deque(range(workers))
         while turn:
-            kind, value = shares.get(turn[0])
+            kind, _, value = shares.get(turn[0])
             if kind == "item":
                 yield value
                 turn.rotate(-1)
             elif kind == "end":
                 turn.popleft()
             else:
-                ident, text, remote_tb, key = value
-                raise WorkerError(f"share worker {ident} raised {text}", remote_tb, key)
+                raise value.error("share worker")
     finally:
         shares.close()

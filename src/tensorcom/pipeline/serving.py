@@ -14,47 +14,56 @@ URLs (brace-expanded; all binding or all connecting; sending schemes only; no in
     per worker — worker i binds urls[i] — and each worker is a group of its own; the receiver connects
     to all of them ("zsub://127.0.0.1:788{0..3}") and ends its epoch after one marker from each.
 
-Messages from workers to the parent (one multiprocessing queue): ("progress", i, batches, samples),
-("done", i, batches, samples), ("error", i, text, traceback, key). The parent prints a rate line to
+Every message carries its share (stream id, worker i of N) and the pipeline's epoch, so a receiver
+records what it was handed (`Connection.state_dict()`); `serve(..., resume=STATE)` serves the same
+stream from that point: worker i passes over (`fast_forward`) the batches of its share the consumer has.
+
+Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its share, whose values
+are its counts: messages to the parent (one multiprocessing queue) are ("item", i, (batches, samples))
+at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i, reports) once its
+connection is closed, or ("error", i, Failure). The parent prints a rate line to
 stderr every `report` seconds (or calls `on_report(stats)`), raises WorkerError when a worker fails
 (with its traceback and sample key) and WorkerDied when one dies silently; either way, and on Ctrl-C,
-it stops every worker before returning. Workers watch the parent and exit when it disappears.
+it stops every worker before returning. Workers watch the parent and exit when it disappears
+(tensorcom.pipeline._watch).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import itertools
 import multiprocessing
 import os
 import queue
 import secrets
-import signal
 import sys
 import time
-import traceback
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
-from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.pipeline._failure import died
+from tensorcom.pipeline._loop import join_or_kill, one_task, worker_loop
 from tensorcom.pipeline._pipeline import Pipeline
-from tensorcom.pipeline.workers import (
-    check_picklable,
-    describe_exit,
-    join_or_kill,
-    watch_parent,
-)
+from tensorcom.pipeline._watch import enter_worker_process
+from tensorcom.pipeline.workers import check_picklable
 from tensorcom.transport.batches import batch_size
+from tensorcom.transport.resume import ResumePlan
 
 PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
 DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages to leave
 
 
 def load_factory(spec: str) -> Callable[[], Pipeline]:
-    """The function named by "package.module:function"; ValueError when the name does not resolve.
-    As `python -m` does, the current directory is put on sys.path first (spawned workers inherit it)."""
-    module_name, colon, name = spec.partition(":")
+    """The function named by "package.module:function" or "path/to/file.py:function"; ValueError when
+    the name does not resolve. As `python -m` does, the current directory (for a file, its directory)
+    is put on sys.path first, so spawned workers, which inherit it, import the same module."""
+    module_name, colon, name = spec.rpartition(":")
     if not colon or not module_name or not name:
-        raise ValueError(f"a pipeline factory must be written MODULE:FUNCTION, got {spec!r}")
-    if "" not in sys.path and os.getcwd() not in sys.path:
+        raise ValueError(f"a pipeline factory must be written MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
+    if module_name.endswith(".py"):
+        module_name = _module_of_file(module_name, spec)
+    elif "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         target: Any = importlib.import_module(module_name)
@@ -65,6 +74,22 @@ def load_factory(spec: str) -> Callable[[], Pipeline]:
     if not callable(target):
         raise ValueError(f"pipeline factory {spec!r} is not callable")
     return target
+
+
+def _module_of_file(path: str, spec: str) -> str:
+    """The module name under which FILE.py of `spec` is imported, its directory first on sys.path;
+    ValueError when the file is missing or another module of that name is already loaded."""
+    if not os.path.isfile(path):
+        raise ValueError(f"cannot load pipeline factory {spec!r}: no file {path!r}")
+    folder, name = os.path.split(os.path.abspath(path))
+    module_name = name[:-3]
+    loaded = getattr(sys.modules.get(module_name), "__file__", None)
+    if loaded is not None and os.path.abspath(loaded) != os.path.join(folder, name):
+        raise ValueError(f"cannot load pipeline factory {spec!r}: a module {module_name!r} from {loaded} "
+                         "is already imported; rename the file")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return module_name
 
 
 def resolve(spec: Any) -> Pipeline:
@@ -127,68 +152,102 @@ def _samples_in(batch: Any) -> int:
 
 
 class _Progress:
-    """A worker's counts, posted to the parent at most every PROGRESS_INTERVAL seconds."""
+    """A worker's counts, reported at most every PROGRESS_INTERVAL seconds."""
 
-    def __init__(self, index: int, messages: Any):
-        self.index, self.messages = index, messages
+    def __init__(self) -> None:
         self.batches = self.samples = 0
         self.last = time.monotonic()
 
-    def add(self, batch: Any) -> None:
+    def add(self, batch: Any) -> bool:
+        """Count `batch`; True when a report is due."""
         self.batches, self.samples = self.batches + 1, self.samples + _samples_in(batch)
-        if time.monotonic() - self.last > PROGRESS_INTERVAL:
-            self.post("progress")
+        return time.monotonic() - self.last > PROGRESS_INTERVAL
 
-    def post(self, kind: str) -> None:
-        self.messages.put((kind, self.index, self.batches, self.samples))
+    def report(self) -> tuple[int, int]:
         self.last = time.monotonic()
+        return self.batches, self.samples
 
 
-def send_epochs(pipeline: Pipeline, conn: Any, epochs: int | None, first_epoch: int, progress: _Progress,
-                stop: Any, barrier: Any) -> None:
+def send_epochs(pipeline: Pipeline, conn: Any, epochs: int | None, first_epoch: int, stop: Any,
+                barrier: Any, skips: dict[int, int] | None = None) -> Iterator[tuple[int, int]]:
     """Send each epoch's batches then an end-of-epoch marker; after each marker wait at `barrier` for
-    the other workers, so that no worker's next epoch overtakes another's marker."""
+    the other workers, so that no worker's next epoch overtakes another's marker. Yields the counts
+    (batches, samples) sent so far when a report is due and after each marker. `skips[epoch]`: batches
+    of that epoch the consumer already has (resume), passed over unsent. Messages carry the epoch."""
+    progress = _Progress()
     epoch = first_epoch
     while (epochs is None or epoch < first_epoch + epochs) and not stop.is_set():
         pipeline.set_epoch(epoch)
-        for batch in pipeline:
+        conn.epoch_number = epoch
+        for batch in fast_forward(iter(pipeline), (skips or {}).get(epoch, 0), epoch):
             if stop.is_set():
                 return
             conn.send(batch)
-            progress.add(batch)
+            if progress.add(batch):
+                yield progress.report()
         conn.end_epoch()
-        progress.post("progress")  # an epoch's counts reach the report even if the next send blocks
+        yield progress.report()  # an epoch's counts reach the report even if the next send blocks
         barrier.wait()
         epoch += 1
 
 
-def serve_worker(spec: Any, index: int, count: int, urls: list[str], group: str | None, group_size: int,
-                 options: dict, epochs: int | None, first_epoch: int, messages: Any, stop: Any, barrier: Any,
-                 parent_pid: int) -> None:
-    """Body of serving process `index` of `count`: build the pipeline, send its share epoch by epoch,
-    close the connection (letting queued messages leave for up to options["linger"] seconds)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_parent(parent_pid)
-    progress = _Progress(index, messages)
-    try:
-        from tensorcom.transport.connection import Connection
+def fast_forward(batches: Iterator[Any], count: int, epoch: int) -> Iterator[Any]:
+    """`batches` (one epoch of a worker's share) without its first `count`, which a resumed consumer
+    already has; ValueError when the share is shorter (not the pipeline the consumer was fed from).
+    Pipelines are deterministic given (seed, epoch, worker), so this recomputes and drops them; a
+    pipeline that restores its own state could take this function's place."""
+    skipped = sum(1 for _ in itertools.islice(batches, count))
+    if skipped < count:
+        raise ValueError(f"resume: the consumer has {count} batches of epoch {epoch} of this worker's share, "
+                         f"but the share has only {skipped}; is this the pipeline it was fed from?")
+    return batches
 
-        pipeline = resolve(spec).shard(index, count)
-        options = dict(options)
-        linger = options.pop("linger", DEFAULT_LINGER)
-        conn = Connection(urls, group=group, group_size=group_size, **options)
-        try:
-            send_epochs(pipeline, conn, epochs, first_epoch, progress, stop, barrier)
-        finally:
-            pipeline.close()
-            conn.close(linger=0.0 if stop.is_set() else linger)
-        progress.post("done")
-    except Exception as exc:
-        key = exc.key if isinstance(exc, WorkerError) else getattr(exc, "tensorcom_key", None)
-        messages.put(("error", index, repr(exc), traceback.format_exc(), key))
+
+@dataclass(frozen=True)
+class ServeJob:
+    """What every serving worker is given: the pipeline `spec`, `urls[i]` for worker i, the markers'
+    `group` / `group_size`, Connection `options` (with "linger"), how many `epochs` (None: forever)
+    and the `plan`: stream id, worker count, first epoch, and the batches to skip when resuming."""
+
+    spec: Any
+    urls: list[list[str]]
+    group: str | None
+    group_size: int
+    options: dict
+    epochs: int | None
+    plan: ResumePlan
+
+
+def serve_worker(job: ServeJob, index: int, messages: Any, stop: Any, barrier: Any, parent_pid: int) -> None:
+    """Body of serving process `index` of job.plan.workers: the worker loop on its one task,
+    `serve_share`; after a failure (posted to `messages`) the process waits for the message to leave
+    and exits 1."""
+    enter_worker_process(parent_pid)
+    work = functools.partial(serve_share, job, stop, barrier)
+    if not worker_loop(work, one_task(index, tag=index, first=None), messages, stop, index):
         messages.close()
         messages.join_thread()
         os._exit(1)
+
+
+def serve_share(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
+    """Build the pipeline, send share `index` epoch by epoch, each message tagged with the share
+    (yielding send_epochs's counts), close the connection (letting queued messages leave for up to
+    options["linger"] seconds)."""
+    from tensorcom.transport.connection import Connection
+
+    plan = job.plan
+    pipeline = resolve(job.spec).shard(index, plan.workers)
+    options = dict(job.options)
+    linger = options.pop("linger", DEFAULT_LINGER)
+    conn = Connection(job.urls[index], group=job.group, group_size=job.group_size,
+                      share=(plan.stream, index, plan.workers), **options)
+    skips = {epoch: n for (epoch, worker), n in plan.skips.items() if worker == index}
+    try:
+        yield from send_epochs(pipeline, conn, job.epochs, plan.epoch, stop, barrier, skips)
+    finally:
+        pipeline.close()
+        conn.close(linger=0.0 if stop.is_set() else linger)
 
 
 class _Supervisor:
@@ -217,12 +276,12 @@ class _Supervisor:
         return sum(b for b, _ in self.counts.values()), sum(s for _, s in self.counts.values())
 
     def handle(self, message: tuple) -> None:
-        kind, index = message[0], message[1]
+        kind, index, value = message
         if kind == "error":
-            _, _, text, remote_tb, key = message
-            raise WorkerError(f"serving worker {index} raised {text}", remote_tb, key)
-        self.counts[index] = (message[2], message[3])
-        if kind == "done":
+            raise value.error("serving worker")
+        if kind == "item":
+            self.counts[index] = value
+        else:
             self.done.add(index)
 
     def wait(self) -> None:
@@ -249,7 +308,7 @@ class _Supervisor:
                 except queue.Empty:
                     pass
             if index not in self.done:
-                raise WorkerDied(f"serving worker {index} (pid {proc.pid}) {describe_exit(proc.exitcode)}")
+                raise died("serving worker", index, proc)
 
     def stats(self, overall: bool = False) -> dict:
         """Totals, and rates since the last report (since the start when `overall`)."""
@@ -285,11 +344,14 @@ class _Supervisor:
 
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
-          connection_options: dict | None = None, linger: float = DEFAULT_LINGER) -> dict:
+          connection_options: dict | None = None, linger: float = DEFAULT_LINGER, resume: Any = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring).
 
     pipeline: Pipeline, "module:function", or callable returning a Pipeline. workers: default one per
     binding URL, else 1. epochs: how many epochs (None: forever), numbered from `first_epoch`.
+    resume: a consumer's `Connection.state_dict()` (or the path of the JSON file `save_state` wrote):
+    serve only what that consumer has not had, from its epoch on (the epochs before it count towards
+    `epochs`), as the same stream with the same number of workers (see _resume_plan).
     report: seconds between rate reports (None or 0: none); on_report(stats) replaces the stderr line.
     connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout);
     allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
@@ -303,17 +365,32 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
         raise ValueError(f"epochs must be a positive integer or None, got {epochs!r}")
     check_spec(pipeline)
     assigned, binds = assign_urls(urls, workers)
-    count = len(assigned)
-    group = None if binds else f"serve-{secrets.token_hex(6)}"
-    group_size = 1 if binds else count
+    plan = _resume_plan(resume, len(assigned), first_epoch, epochs)
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
+    job = ServeJob(pipeline, assigned, None if binds else plan.stream, 1 if binds else plan.workers, options,
+                   None if epochs is None else first_epoch + epochs - plan.epoch, plan)
     supervisor = _Supervisor(report, on_report)
     try:
-        supervisor.launch(lambda i: (pipeline, i, count, assigned[i], group, group_size, options, epochs,
-                                     first_epoch, supervisor.messages, supervisor.stop, supervisor.barrier,
-                                     os.getpid()), count)
+        supervisor.launch(lambda i: (job, i, supervisor.messages, supervisor.stop, supervisor.barrier,
+                                     os.getpid()), plan.workers)
         supervisor.wait()
         supervisor.maybe_report(force=True)
         return supervisor.stats(overall=True)
     finally:
         supervisor.close()
+
+
+def _resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None) -> ResumePlan:
+    """The plan of a new stream (fresh id, nothing to skip), or the one `resume` (a consumer state or
+    its file) describes; ValueError when it does not fit `workers` or has no epoch left to serve."""
+    plan = None if resume is None else ResumePlan.from_state(resume)
+    if plan is None:
+        return ResumePlan(f"serve-{secrets.token_hex(6)}", workers, first_epoch)
+    if plan.workers != workers:
+        raise ValueError(f"resume: the consumer was fed by {plan.workers} workers of stream {plan.stream}; "
+                         f"serve with workers={plan.workers}, not {workers} (the shares would differ)")
+    if plan.epoch < first_epoch or (epochs is not None and plan.epoch >= first_epoch + epochs):
+        served = f"{first_epoch} on" if epochs is None else f"{first_epoch} to {first_epoch + epochs - 1}"
+        raise ValueError(f"resume: the consumer is in epoch {plan.epoch} of stream {plan.stream}, "
+                         f"outside the epochs served ({served})")
+    return plan

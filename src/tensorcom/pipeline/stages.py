@@ -1,11 +1,18 @@
-"""Pipeline stages: plain generator functions from an iterator of samples to an iterator of samples.
+"""Pipeline stages as nodes: each takes its upstream node and yields items, with a state of its own.
 
-Every stage takes its upstream iterator first and yields samples; none keeps state between calls, so
-a stage chain is rebuilt for each epoch. A sample is whatever the source yields: usually a dict
-(`"__key__"` plus fields), a tuple, or an array. Randomness always comes in as an explicit
-`numpy.random.Generator` (see `sample_rng`), never from global state, so results are reproducible.
+    Mapped(up, fn, rng_key=None)     fn(sample), or fn(sample, rng) with the rng of (rng_key, position)
+    Filtered(up, predicate)          the samples for which predicate(sample) is true
+    Batched(up, size, partial, collate)   collate(list of `size` samples)
+    Unbatched(up)                    the rows of each batch (the inverse of default_collate)
+    Repeated(build, epochs, first)   the chain build(first), build(first + 1), ... one after the other
+    FieldSelector(fields), FieldTuple(fields)   the functions of select() / to_tuple() ("jpg;png")
 
-Names end in -ed / -ing on purpose: nothing here shadows the builtins `map`, `filter` or `slice`.
+The shuffle buffer is tensorcom.pipeline._shuffle, the stages that run on worker threads or processes
+tensorcom.pipeline._pooled, take/slice tensorcom.pipeline._sliced. A sample is whatever the source yields: usually a dict (`"__key__"` plus
+fields), a tuple, or an array. Randomness comes in as an explicit `numpy.random.Generator` that is a
+pure function of (seed, epoch, worker, stage, position) (`sample_rng`), never from global state.
+
+Class names end in -ed on purpose: nothing here shadows the builtins `map`, `filter` or `slice`.
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tensorcom.transport.batches import batch_size  # the one row count
+from tensorcom.pipeline._node import Node, State, upstream_state
+from tensorcom.shards import pick_field
+from tensorcom.transport.batches import batch_size  # the one row count; used by _rows
 
 Sample = Any
 Collate = Callable[[list], Any]
+RngKey = tuple[int, int, int, int]  # (seed, epoch, worker, stage); the position completes it
 
 
 def sample_rng(seed: int, epoch: int, worker: int, stage: int, position: int) -> np.random.Generator:
@@ -48,63 +58,52 @@ def note_key(exc: BaseException, sample: Sample) -> None:
         exc.add_note(f"while processing sample {key!r}")
 
 
-def mapping(source: Iterable[Sample], fn: Callable, rngs: Callable[[int], np.random.Generator] | None = None) -> Iterator[Sample]:
-    """Yield fn(sample), or fn(sample, rngs(i)) for the i-th sample when `rngs` is given.
-
-    An exception from `fn` propagates unchanged, with the sample key noted on it.
-    """
-    for position, sample in enumerate(source):
-        try:
-            yield fn(sample) if rngs is None else fn(sample, rngs(position))
-        except Exception as exc:
-            note_key(exc, sample)
-            raise
+def call(fn: Callable, sample: Sample, rng_key: RngKey | None, position: int) -> Any:
+    """fn(sample), or fn(sample, rng) with the rng of (rng_key, position); the key noted on an error."""
+    try:
+        return fn(sample) if rng_key is None else fn(sample, sample_rng(*rng_key, position))
+    except Exception as exc:
+        note_key(exc, sample)
+        raise
 
 
-def filtering(source: Iterable[Sample], predicate: Callable[[Sample], bool]) -> Iterator[Sample]:
-    """Yield the samples for which predicate(sample) is true."""
-    for sample in source:
-        if predicate(sample):
-            yield sample
+class Mapped(Node):
+    """fn applied to each sample; `position` counts the samples taken, for their rngs."""
+
+    def __init__(self, up: Node, fn: Callable, rng_key: RngKey | None = None):
+        self.up, self.fn, self.rng_key = up, fn, rng_key
+        self.position = 0
+
+    def __next__(self) -> Any:
+        sample = next(self.up)
+        self.position += 1
+        return call(self.fn, sample, self.rng_key, self.position - 1)
+
+    def state_dict(self) -> State:
+        return {"up": self.up.state_dict(), "position": self.position}
+
+    def load_state_dict(self, state: State | None) -> None:
+        self.up.load_state_dict(upstream_state(state))
+        self.position = 0 if state is None else int(state["position"])
 
 
-def _pick(sample: dict, spec: str) -> Any:
-    """The value of the first field named in `spec` ("jpg;png") present in `sample`."""
-    for name in spec.split(";"):
-        if name in sample:
-            return sample[name]
-    raise KeyError(f"sample {sample_key(sample)!r} has none of the fields {spec!r} (it has {sorted(sample)})")
+class Filtered(Node):
+    """The samples for which predicate(sample) is true; no state of its own."""
 
+    def __init__(self, up: Node, predicate: Callable[[Any], bool]):
+        self.up, self.predicate = up, predicate
 
-def selecting(source: Iterable[dict], fields: Sequence[str]) -> Iterator[dict]:
-    """Yield dicts with only `fields` (each may list alternatives "jpg;png"; stored under its first
-    name) plus `__key__` when present. A sample lacking a field raises KeyError naming it."""
-    for sample in source:
-        out = {spec.split(";")[0]: _pick(sample, spec) for spec in fields}
-        if "__key__" in sample:
-            out["__key__"] = sample["__key__"]
-        yield out
+    def __next__(self) -> Any:
+        while True:
+            sample = next(self.up)
+            if self.predicate(sample):
+                return sample
 
+    def state_dict(self) -> State:
+        return {"up": self.up.state_dict()}
 
-def tupling(source: Iterable[dict], fields: Sequence[str]) -> Iterator[tuple]:
-    """Yield tuple(sample[f] for f in fields); a field may list alternatives ("jpg;png")."""
-    for sample in source:
-        yield tuple(_pick(sample, spec) for spec in fields)
-
-
-def shuffling(source: Iterable[Sample], bufsize: int, rng: np.random.Generator) -> Iterator[Sample]:
-    """Shuffle through a buffer: fill it with `bufsize` samples, then for each new sample yield a random
-    buffered one and put the new one in its place; at the end yield the rest in random order."""
-    buffer: list = []
-    for sample in source:
-        if len(buffer) < bufsize:
-            buffer.append(sample)
-            continue
-        index = int(rng.integers(bufsize))
-        chosen, buffer[index] = buffer[index], sample
-        yield chosen
-    for index in rng.permutation(len(buffer)):
-        yield buffer[index]
+    def load_state_dict(self, state: State | None) -> None:
+        self.up.load_state_dict(upstream_state(state))
 
 
 def default_collate(samples: list) -> Any:
@@ -128,45 +127,135 @@ def default_collate(samples: list) -> Any:
     return list(samples)
 
 
-def batching(source: Iterable[Sample], size: int, partial: bool = True, collate: Collate = default_collate) -> Iterator[Any]:
-    """Yield collate(list of `size` samples); a last, smaller batch only when `partial`."""
-    iterator = iter(source)
-    while True:
-        group = list(itertools.islice(iterator, size))
-        if not group or (len(group) < size and not partial):
-            return
-        yield collate(group)
+class Batched(Node):
+    """collate(list of `size` samples); a last, smaller batch only when `partial`. A batch is taken
+    whole within one next(), so the position between batches is the upstream's."""
+
+    def __init__(self, up: Node, size: int, partial: bool = True, collate: Collate = default_collate):
+        self.up, self.size, self.partial, self.collate = up, size, partial, collate
+
+    def __next__(self) -> Any:
+        group = list(itertools.islice(self.up, self.size))
+        if not group or (len(group) < self.size and not self.partial):
+            raise StopIteration
+        return self.collate(group)
+
+    def state_dict(self) -> State:
+        return {"up": self.up.state_dict()}
+
+    def load_state_dict(self, state: State | None) -> None:
+        self.up.load_state_dict(upstream_state(state))
 
 
 def _rows(batch: Any) -> Iterator[Any]:
     """The samples of one batch, the inverse of default_collate."""
     if isinstance(batch, dict):
-        n = batch_size(batch)
-        for i in range(n):
+        for i in range(batch_size(batch)):
             yield {k: v[i] for k, v in batch.items()}
     elif isinstance(batch, tuple):
-        n = batch_size(batch)
-        for i in range(n):
+        for i in range(batch_size(batch)):
             yield tuple(column[i] for column in batch)
     else:
         yield from batch
 
 
-def unbatching(source: Iterable[Any]) -> Iterator[Sample]:
-    """Yield the samples of each batch in turn (dict batches → dicts, tuple batches → tuples,
-    arrays → rows, lists → items)."""
-    for batch in source:
-        yield from _rows(batch)
+class Unbatched(Node):
+    """The rows of each batch in turn (dict batches → dicts, tuples → tuples, arrays → rows, lists →
+    items). State: the upstream's position before the current batch, and the rows taken from it."""
+
+    def __init__(self, up: Node):
+        self.up = up
+        self.rows: list = []
+        self.row = 0
+        self.before: State | None = None
+
+    def __next__(self) -> Any:
+        while self.row >= len(self.rows):
+            self.before = self.up.state_dict()
+            self.rows, self.row = list(_rows(next(self.up))), 0
+        self.row += 1
+        return self.rows[self.row - 1]
+
+    def state_dict(self) -> State:
+        if self.row >= len(self.rows):
+            return {"up": self.up.state_dict(), "row": 0}
+        return {"up": self.before, "row": self.row}
+
+    def load_state_dict(self, state: State | None) -> None:
+        self.up.load_state_dict(upstream_state(state))
+        self.rows, self.row = [], 0
+        if state is not None and state["row"]:
+            self.before = state["up"]
+            self.rows, self.row = list(_rows(next(self.up))), int(state["row"])
 
 
-def rebatching(source: Iterable[Any], size: int, partial: bool = True, collate: Collate = default_collate) -> Iterator[Any]:
-    """Regroup batches of any sizes into batches of `size` samples."""
-    return batching(unbatching(source), size, partial, collate)
+class Repeated(Node):
+    """The chains build(first), build(first + 1), ..., `epochs` of them (None: until a pass yields
+    nothing). State: the pass, whether it has yielded yet, and its chain's state."""
+
+    def __init__(self, build: Callable[[int], Node], epochs: int | None, first: int):
+        self.build, self.epochs, self.first = build, epochs, first
+        self.done, self.yielded = 0, False
+        self.inner: Node | None = None
+        self.pending: State | None = None
+
+    def __next__(self) -> Any:
+        while self.epochs is None or self.done < self.epochs:
+            if self.inner is None:
+                self.inner = self.build(self.first + self.done)
+                self.inner.load_state_dict(self.pending)
+                self.pending = None
+            try:
+                item = next(self.inner)
+            except StopIteration:
+                if not self.yielded:
+                    self.epochs = self.done  # an empty pass: a one-shot source has ended for good
+                    break
+                self.close()
+                self.done, self.yielded = self.done + 1, False
+                continue
+            self.yielded = True
+            return item
+        raise StopIteration
+
+    def state_dict(self) -> State:
+        inner = self.inner.state_dict() if self.inner is not None else self.pending
+        return {"pass": self.done, "yielded": self.yielded, "inner": inner}
+
+    def load_state_dict(self, state: State | None) -> None:
+        self.close()
+        self.done = 0 if state is None else int(state["pass"])
+        self.yielded = False if state is None else bool(state["yielded"])
+        self.pending = None if state is None else state["inner"]
+
+    def close(self) -> None:
+        inner, self.inner = self.inner, None
+        if inner is not None:
+            inner.close()
 
 
-def taking(source: Iterable[Sample], count: int) -> Iterator[Sample]:
-    """Yield the first `count` samples."""
-    return itertools.islice(source, count)
+class FieldSelector:
+    """dict samples → dicts with only `fields` (each may list alternatives "jpg;png", stored under its
+    first name) plus `__key__` when present. SampleError names a sample lacking a field."""
+
+    def __init__(self, fields: Sequence[str]):
+        self.fields = tuple(fields)
+
+    def __call__(self, sample: dict) -> dict:
+        out = {spec.split(";")[0]: pick_field(sample, spec) for spec in self.fields}
+        if "__key__" in sample:
+            out["__key__"] = sample["__key__"]
+        return out
+
+
+class FieldTuple:
+    """dict samples → tuple of `fields` (each may list alternatives "jpg;png")."""
+
+    def __init__(self, fields: Sequence[str]):
+        self.fields = tuple(fields)
+
+    def __call__(self, sample: dict) -> tuple:
+        return tuple(pick_field(sample, spec) for spec in self.fields)
 
 
 def striding(source: Iterable[Sample], worker: int, num_workers: int) -> Iterator[Sample]:

@@ -3,56 +3,50 @@
     parallel_map(source, fn, workers=N, processes=False, ordered=True, buffer=None, rng_key=None)
     WorkerPool(fn, N, processes).map(source, ...)   the same, with workers kept for the next map
     prefetching(source, size)
+    serial_map(source, fn)   the map in the caller's thread, failing as a worker would
 
-Messages. The consumer (a generator from `WorkerPool.map`) puts tasks `(generation, position,
-sample, rng_key)` on an input queue; each worker runs `worker_loop`, which answers
-`(generation, position, True, result)` or `(generation, position, False, failure)`, where
-`failure` is `(worker, repr, traceback text, sample key, exception or None)` — on a queue for
-threads, on its own pipe for processes (tensorcom.pipeline._pipes). Each map bumps the pool's generation,
-so tasks left by a consumer that gave up are skipped and their results ignored. At most `buffer`
-samples are between the source and the consumer at any time, so memory stays bounded whatever the
-speed of either side.
+Messages. Every worker runs the one worker loop (tensorcom.pipeline._loop). The consumer (a
+generator from `WorkerPool.map`) puts tasks `((generation, position), position, (generation,
+position, sample, rng_key))` on an input queue (the payload pickled here for processes); the loop
+answers `("item", (generation, position), result)` or `("error", ..., Failure)` (no "end":
+one task, one answer) — on a queue for threads, on its own pipe for processes (tensorcom.pipeline._pipes). Each
+map bumps the pool's generation, so tasks left by a consumer that gave up are skipped and their
+results ignored. At most `buffer` samples are between the source and the consumer at any time, so
+memory stays bounded whatever the speed of either side. `prefetching` runs the same loop in a thread
+on one task, its source.
 
 Shutdown. Workers start on the first `next()`, never before. `parallel_map` owns its pool: whatever
 ends the iteration (exhaustion, `break`/`close()`, an exception, Ctrl-C) sets the stop event and joins
 the workers; processes still alive a second later are terminated, then killed. A `WorkerPool` keeps
 its workers between maps until `close()` or until it is garbage-collected (a weakref finalizer), and
-closes itself when a map fails. Worker processes are started
-with the *spawn* context (never fork: the parent may hold sockets and threads), ignore SIGINT (the
-parent decides), and exit by themselves within a fraction of a second when their parent process
-disappears (a watchdog thread compares `os.getppid()`), so even a SIGKILL of the parent leaves no orphan.
+closes itself when a map fails. Worker processes are started with the *spawn* context (never fork:
+the parent may hold sockets and threads), ignore SIGINT (the parent decides), and exit by themselves
+within a fraction of a second when their parent process disappears (tensorcom.pipeline._watch), so
+even a SIGKILL of the parent leaves no orphan.
 
-Errors. A failing `fn` becomes `errors.WorkerError` in the consumer, carrying the worker's formatted
-traceback and the sample's `__key__`; a worker process that dies without reporting (signal, os._exit)
-becomes `errors.WorkerDied` within `poll` seconds.
+Errors. A failing `fn` becomes `errors.WorkerError` in the consumer (from the worker's
+_failure.Failure: its traceback and the sample's `__key__`); with ordered=True the first failure in
+source order is raised, after every result before it, as a sequential map would. A worker process
+that dies without reporting (signal, os._exit) becomes `errors.WorkerDied` within `POLL` seconds.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import pickle
 import queue
-import signal
 import threading
-import time
-import traceback
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import _pipes as procpipe
-from tensorcom.pipeline.stages import sample_key, sample_rng
-
-RngKey = tuple[int, int, int, int]  # (seed, epoch, worker, stage); the position completes it
-POLL = 0.1  # seconds between checks of stop events and worker liveness
-
-
-def apply(fn: Callable, sample: Any, rng_key: RngKey | None, position: int) -> Any:
-    """fn(sample), or fn(sample, rng) with the Generator for (rng_key, position) when rng_key is set."""
-    if rng_key is None:
-        return fn(sample)
-    return fn(sample, sample_rng(*rng_key, position))
+from tensorcom.pipeline._failure import Failure, died
+from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
+from tensorcom.pipeline._watch import enter_worker_process
+from tensorcom.pipeline.stages import RngKey, call, sample_key
 
 
 class Generation:
@@ -61,52 +55,19 @@ class Generation:
     value = 0
 
 
-def worker_loop(fn: Callable, inq: Any, outq: Any, stop: Any, current: Any, ident: int, local: bool) -> None:
-    """Take `(generation, position, sample, rng_key)` tasks from `inq` until `stop` is set; answer on
-    `outq`; skip tasks whose generation is no longer `current.value`.
-
-    The same loop runs in a thread (`local=True`: objects pass as they are, and a failure carries the
-    exception itself) or in a process: there tasks arrive as pickled bytes and `outq` is a
-    procpipe.PipeSender, which pickles in this thread, so an unpicklable result is reported as this
-    sample's failure. A task of None also ends the loop.
-    """
-    while not stop.is_set():
-        try:
-            task = inq.get(timeout=POLL)
-        except queue.Empty:
-            continue
-        if task is None:
-            return
-        generation, position, sample, rng_key = task if local else pickle.loads(task)
-        if generation != current.value:
-            continue
-        try:
-            outq.put((generation, position, True, apply(fn, sample, rng_key, position)))
-        except Exception as exc:
-            key = sample_key(sample) or getattr(exc, "tensorcom_key", None)
-            failure = (ident, repr(exc), traceback.format_exc(), key, exc if local else None)
-            outq.put((generation, position, False, failure))
-
-
-def watch_parent(parent_pid: int, interval: float = 0.2) -> threading.Thread:
-    """Start a daemon thread that ends this process (os._exit(1)) once `parent_pid` is no longer its parent."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(interval)
-        os._exit(1)
-
-    thread = threading.Thread(target=watch, name="tensorcom-parent-watch", daemon=True)
-    thread.start()
-    return thread
+def map_task(fn: Callable, current: Any, payload: Any) -> tuple:
+    """The work of a map worker for one task: (fn(sample),), or () when the task's generation is no
+    longer `current.value`. A payload from the parent of a process arrives pickled."""
+    generation, position, sample, rng_key = pickle.loads(payload) if isinstance(payload, bytes) else payload
+    return (call(fn, sample, rng_key, position),) if generation == current.value else ()
 
 
 def process_main(fn: Callable, inq: Any, writer: Any, stop: Any, current: Any, ident: int, parent_pid: int) -> None:
-    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run `worker_loop` with
-    results going to `writer` (this worker's pipe to the parent)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_parent(parent_pid)
-    worker_loop(fn, inq, procpipe.PipeSender(writer), stop, current, ident, local=False)
+    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run the worker loop with
+    answers going to `writer` (this worker's pipe to the parent), pickled in the loop's thread so
+    that an unpicklable result is reported as that sample's failure."""
+    enter_worker_process(parent_pid)
+    worker_loop(functools.partial(map_task, fn, current), inq, procpipe.PipeSender(writer), stop, ident, ends=False)
 
 
 def check_picklable(obj: Any, what: str) -> None:
@@ -130,11 +91,9 @@ class _Workers:
             self._start_processes(fn, count)
             return
         self.inq, self.outq, self.stop, self.current = queue.Queue(), queue.Queue(), threading.Event(), Generation()
-        self.workers = [
-            threading.Thread(target=worker_loop, args=(fn, self.inq, self.outq, self.stop, self.current, i, True),
-                             daemon=True, name=f"tensorcom-map-{i}")
-            for i in range(count)
-        ]
+        work = functools.partial(map_task, fn, self.current)
+        self.workers = [threading.Thread(target=worker_loop, args=(work, self.inq, self.outq, self.stop, i, False),
+                                         daemon=True, name=f"tensorcom-map-{i}") for i in range(count)]
         for worker in self.workers:
             worker.start()
 
@@ -154,15 +113,16 @@ class _Workers:
             readers.append(reader)
         self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self.check_alive)
 
-    def put(self, task: tuple) -> None:
-        """Queue one task; for processes it is pickled here, so a bad sample fails in the caller."""
+    def put(self, generation: int, position: int, sample: Any, rng_key: RngKey | None) -> None:
+        """Queue one task; for processes its payload is pickled here, so a bad sample fails in the caller."""
+        payload: Any = (generation, position, sample, rng_key)
         if self.processes:
             try:
-                task = pickle.dumps(task, pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(payload, pickle.HIGHEST_PROTOCOL)
             except Exception as exc:
-                raise WorkerError(f"sample {task[1]} cannot be sent to a worker process: {exc!r}",
-                                  key=sample_key(task[2])) from exc
-        self.inq.put(task)
+                raise WorkerError(f"sample {position} cannot be sent to a worker process: {exc!r}",
+                                  key=sample_key(sample)) from exc
+        self.inq.put(((generation, position), position, payload))
 
     def get(self) -> tuple:
         """The next answer; WorkerDied when a worker ended without answering."""
@@ -184,12 +144,10 @@ class _Workers:
                 return message
 
     def check_alive(self) -> None:
+        """Raise WorkerDied for the first worker that has ended."""
         for ident, worker in enumerate(self.workers):
-            if not self.processes:
-                if not worker.is_alive():
-                    raise WorkerDied(f"map worker thread {ident} ended unexpectedly")
-            elif worker.exitcode is not None:
-                raise WorkerDied(f"map worker process {ident} (pid {worker.pid}) {describe_exit(worker.exitcode)}")
+            if not worker.is_alive():
+                raise died("map worker", ident, worker)
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes still alive after ~1 s are terminated, then killed."""
@@ -202,13 +160,6 @@ class _Workers:
             self.inq.cancel_join_thread()
             self.inq.close()
             self.results.close()
-
-
-def _failure(failure: tuple) -> WorkerError:
-    ident, text, remote_tb, key, exc = failure
-    error = WorkerError(f"map worker {ident} raised {text}", remote_tb, key)
-    error.__cause__ = exc
-    return error
 
 
 def check_sizes(workers: int, buffer: int | None) -> int:
@@ -280,6 +231,17 @@ def parallel_map(source: Iterable, fn: Callable, *, workers: int, processes: boo
     return _owned(pool, pool.map(source, ordered=ordered, buffer=buffer, rng_key=rng_key))
 
 
+def serial_map(source: Iterable, fn: Callable) -> Iterator:
+    """Yield fn(sample) for each sample of `source` in the caller's thread; a failure is raised as
+    the WorkerError a map worker's would be (with traceback, key and the exception as its cause)."""
+    for sample in source:
+        try:
+            result = call(fn, sample, None, 0)
+        except Exception as exc:
+            raise Failure.capture(exc).error("map") from exc
+        yield result
+
+
 def _owned(pool: WorkerPool, results: Iterator) -> Iterator:
     try:
         yield from results
@@ -289,96 +251,49 @@ def _owned(pool: WorkerPool, results: Iterator) -> Iterator:
 
 
 def _drive(samples: Iterator, workers: _Workers, buffer: int, ordered: bool, rng_key: RngKey | None) -> Iterator:
-    """Feed `workers` from `samples` keeping at most `buffer` outstanding; yield results."""
+    """Feed `workers` from `samples` keeping at most `buffer` outstanding; yield results. A failure
+    is raised in its turn when ordered (after every result before it), at once otherwise."""
     generation = workers.current.value
     submitted = received = yielded = 0
-    pending: dict[int, Any] = {}
+    pending: dict[int, tuple] = {}
     exhausted = False
     while True:
         while not exhausted and submitted - yielded < buffer:
             try:
-                workers.put((generation, submitted, next(samples), rng_key))
+                workers.put(generation, submitted, next(samples), rng_key)
                 submitted += 1
             except StopIteration:
                 exhausted = True
         if received == submitted:
             return
-        answer_generation, position, ok, value = workers.get()
+        kind, (answer_generation, position), value = workers.get()
         if answer_generation != generation:
             continue  # left over from an earlier map that was abandoned
         received += 1
-        if not ok:
-            raise _failure(value)
-        if not ordered:
-            yielded += 1
-            yield value
-            continue
-        pending[position] = value
+        pending[position if ordered else yielded] = (kind, value)
         while yielded in pending:
-            item = pending.pop(yielded)
+            kind, value = pending.pop(yielded)
             yielded += 1
-            yield item
-
-
-def prefetch_loop(source: Iterator, outq: queue.Queue, stop: threading.Event) -> None:
-    """Thread body for `prefetching`: put ("item", x) for each x of `source`, then ("end", None) or
-    ("error", exc); gives up when `stop` is set. Closes `source` in this thread when done."""
-    try:
-        for item in source:
-            if not put_unless_stopped(outq, ("item", item), stop):
-                return
-        put_unless_stopped(outq, ("end", None), stop)
-    except BaseException as exc:  # handed to the consumer, which re-raises it
-        put_unless_stopped(outq, ("error", exc), stop)
-    finally:
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
-
-
-def join_or_kill(workers: list, grace: float, kill: bool = True) -> None:
-    """Join threads or processes for up to `grace` seconds in all; with `kill`, processes still alive
-    then are terminated, and killed if they outlive that by a second."""
-    deadline = time.monotonic() + grace
-    for worker in workers:
-        worker.join(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in workers if kill else []:
-        for action in (proc.terminate, proc.kill):
-            if proc.is_alive():
-                action()
-                proc.join(timeout=1.0)
-
-
-def describe_exit(code: int | None) -> str:
-    """How a process with exit code `code` ended, for WorkerDied messages ("exited with status 1")."""
-    if code is None:
-        return "closed its pipe"
-    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-
-
-def put_unless_stopped(outq: queue.Queue, message: tuple, stop: Any) -> bool:
-    """Put `message` on the bounded `outq`, giving up (False) once `stop` is set."""
-    while not stop.is_set():
-        try:
-            outq.put(message, timeout=POLL)
-            return True
-        except queue.Full:
-            continue
-    return False
+            if kind == "error":
+                raise value.error("map worker")
+            yield value
 
 
 def prefetching(source: Iterable, size: int) -> Iterator:
-    """Yield the items of `source`, produced ahead by a background thread into a queue of `size`."""
+    """Yield the items of `source`, produced ahead by a worker loop on a background thread into a
+    queue of `size`; an exception of the source is re-raised here as it was. The thread closes the
+    source when done; closing this generator stops and joins the thread."""
     if size < 1:
         raise ValueError(f"prefetch size must be at least 1, got {size!r}")
     outq: queue.Queue = queue.Queue(size)
     stop = threading.Event()
-    thread = threading.Thread(target=prefetch_loop, args=(iter(source), outq, stop), daemon=True, name="tensorcom-prefetch")
+    thread = threading.Thread(target=worker_loop, args=(iter, one_task(iter(source)), outq, stop, 0), daemon=True,
+                              name="tensorcom-prefetch")
     thread.start()
     try:
         while True:
             try:
-                kind, value = outq.get(timeout=POLL)
+                kind, _, value = outq.get(timeout=POLL)
             except queue.Empty:
                 if not thread.is_alive() and outq.empty():
                     raise RuntimeError("the prefetch thread ended without finishing its source") from None
@@ -386,7 +301,7 @@ def prefetching(source: Iterable, size: int) -> Iterator:
             if kind == "end":
                 return
             if kind == "error":
-                raise value
+                raise value.cause if value.cause is not None else value.error("prefetch worker")
             yield value
     finally:
         stop.set()

@@ -6,12 +6,12 @@
     mp msgpack msg                      msgpack value
     npy / npz                           ndarray / dict of ndarrays (never pickled objects)
     ten tenbin tb                       list of ndarrays (tenbin buffer)
-    jpg jpeg png ppm pgm pbm webp tif tiff bmp   image: see decode_image's modes
+    jpg jpeg png ppm pgm pbm webp tif tiff bmp   image: see tensorcom.shards.imagecodec's modes
     pyd pickle pkl / pth                pickle / torch.save: only with allow_pickle=True, else left as bytes
     X.gz                                gzip'ed X: decompressed, then decoded as X (the field keeps its name)
 
-Anything else stays bytes. JPEG decodes through simplejpeg when it is installed (Pillow otherwise); both
-are imported on first use.
+Anything else stays bytes. Images decode through tensorcom.shards.imagecodec (the package's one
+decoder per image format). `Decoder` decodes samples WebDataset-style, with a list of handlers.
 """
 
 from __future__ import annotations
@@ -19,102 +19,29 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tensorcom.errors import SampleError
+from tensorcom.shards.imagecodec import (
+    IMAGE_MODES,
+    decode_image,
+    encode_image,
+    image_mode,
+)
 
-INT_EXTS = frozenset("cls cls2 class count index inx id".split())
-TEXT_EXTS = frozenset("txt text transcript html htm".split())
-IMAGE_EXTS = frozenset("jpg jpeg png ppm pgm pbm webp tif tiff bmp".split())
-PICKLE_EXTS = frozenset("pyd pickle pkl".split())
-# mode -> (array kind, PIL mode)
-IMAGE_MODES: dict[str, tuple[str, str]] = {
-    "rgb8": ("uint8", "RGB"), "rgb": ("float", "RGB"), "l8": ("uint8", "L"), "l": ("float", "L"),
-    "rgba8": ("uint8", "RGBA"), "rgba": ("float", "RGBA"),
-    "pil": ("pil", "RGB"), "pilrgb": ("pil", "RGB"), "pill": ("pil", "L"), "pilrgba": ("pil", "RGBA"),
-}
-_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "ppm": "PPM", "pgm": "PPM", "pbm": "PPM",
-                "webp": "WEBP", "tif": "TIFF", "tiff": "TIFF", "bmp": "BMP"}
+__all__ = [  # decode_image, encode_image and IMAGE_MODES are tensorcom.shards.imagecodec's, for callers here
+    "DECODERS", "ENCODERS", "IMAGE_EXTS", "IMAGE_MODES", "Decoder", "ExtensionHandler", "ImageHandler",
+    "decode_field", "decode_image", "decode_sample", "encode_field", "encode_image", "encode_sample",
+    "handle_extension",
+]
 
-
-def _decode_simplejpeg(data: bytes, pil_mode: str) -> np.ndarray | None:
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    try:
-        array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if pil_mode == "L" else "RGB")
-    except ValueError:  # CMYK and other JPEGs libjpeg-turbo's fast path refuses: let Pillow try
-        return None
-    return array[:, :, 0] if pil_mode == "L" else array
-
-
-def decode_image(data: bytes, mode: str = "rgb8") -> Any:
-    """Decode image bytes (any format Pillow reads) to an array or PIL image.
-
-    Modes: "rgb8" uint8 (H, W, 3); "rgb" float32 in [0, 1]; "l8" / "l" grayscale (H, W); "rgba8" /
-    "rgba"; "pil" / "pilrgb" / "pill" / "pilrgba" PIL images. Raises SampleError for undecodable bytes.
-    """
-    try:
-        kind, pil_mode = IMAGE_MODES[mode]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown image mode {mode!r}; use one of {sorted(IMAGE_MODES)}") from None
-    array = None
-    if kind != "pil" and pil_mode != "RGBA" and bytes(data[:3]) == b"\xff\xd8\xff":
-        array = _decode_simplejpeg(data, pil_mode)
-    if array is None:
-        image = _open_pil(data, pil_mode)
-        if kind == "pil":
-            return image
-        array = np.asarray(image)
-    return array.astype(np.float32) / np.float32(255.0) if kind == "float" else array
-
-
-def _open_pil(data: bytes, pil_mode: str) -> Any:
-    import PIL.Image
-
-    try:
-        image = PIL.Image.open(io.BytesIO(data))
-        image.load()
-    except (OSError, SyntaxError, ValueError) as exn:  # PIL.UnidentifiedImageError is an OSError
-        raise SampleError(f"cannot decode image ({len(data)} bytes): {exn}") from exn
-    return image if image.mode == pil_mode else image.convert(pil_mode)
-
-
-def encode_image(image: Any, ext: str = "png", quality: int = 95) -> bytes:
-    """Encode an ndarray (uint8, or float in [0, 1]; (H, W), (H, W, 1|3|4)) or a PIL image as `ext`."""
-    import PIL.Image
-
-    fmt = _PIL_FORMATS.get(ext.lower())
-    if fmt is None:
-        raise ValueError(f"no image format for extension {ext!r}")
-    if isinstance(image, np.ndarray):
-        image = PIL.Image.fromarray(_as_uint8_image(image))
-    if not isinstance(image, PIL.Image.Image):
-        raise TypeError(f"cannot encode {type(image).__name__} as an image (.{ext})")
-    if fmt == "JPEG" and image.mode not in ("RGB", "L", "CMYK"):
-        image = image.convert("RGB")
-    out = io.BytesIO()
-    image.save(out, format=fmt, **({"quality": quality} if fmt in ("JPEG", "WEBP") else {}))
-    return out.getvalue()
-
-
-def _as_uint8_image(array: np.ndarray) -> np.ndarray:
-    if array.ndim == 3 and array.shape[2] == 1:
-        array = array[:, :, 0]
-    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)):
-        raise ValueError(f"image arrays must be (H, W) or (H, W, 1|3|4), not {array.shape}")
-    if array.dtype.kind == "f":
-        if array.size and (array.min() < -0.001 or array.max() > 1.001):
-            raise ValueError(f"float images must lie in [0, 1], not [{array.min()}, {array.max()}]")
-        return (np.clip(array, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-    if array.dtype != np.uint8:
-        raise ValueError(f"image arrays must be uint8 or float, not {array.dtype}")
-    return array
-
-
+INT_EXTS = frozenset(["cls", "cls2", "class", "count", "index", "inx", "id"])
+TEXT_EXTS = frozenset(["txt", "text", "transcript", "html", "htm"])
+IMAGE_EXTS = frozenset(["jpg", "jpeg", "png", "ppm", "pgm", "pbm", "webp", "tif", "tiff", "bmp"])
+PICKLE_EXTS = frozenset(["pyd", "pickle", "pkl"])
 def _npy_loads(data: bytes) -> np.ndarray:
     return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
 
@@ -167,40 +94,114 @@ def decode_field(ext: str, data: bytes, image: str | None = "rgb8", allow_pickle
     `image=None` leaves images as bytes. Pickle-based fields stay bytes unless `allow_pickle`.
     Unknown extensions stay bytes. Errors propagate (decode_sample adds the context).
     """
-    ext = ext.lower()
-    if isinstance(data, memoryview):  # int(), json and msgpack take bytes, not views
-        data = data.tobytes()
-    if ext.endswith(".gz"):
-        data, ext = gzip.decompress(data), ext[:-3]
-    last = ext.rsplit(".", 1)[-1]
-    if last in IMAGE_EXTS:
-        return decode_image(data, image) if image else data
+    return Decoder(*([image] if image else []), allow_pickle=allow_pickle).decode_field(ext, data)
+
+
+def _by_extension(name: str, data: bytes, allow_pickle: bool) -> Any:
+    """The default decoding of a (decompressed) field: the decoder of its last extension, else bytes."""
+    last = name.rsplit(".", 1)[-1]
     decoder = DECODERS.get(last) or (UNSAFE_DECODERS.get(last) if allow_pickle else None)
     return decoder(data) if decoder else data
 
 
+FieldHandler = Callable[[str, bytes], Any]  # (field name, bytes) -> value, or None: not mine
+
+
+class ImageHandler:
+    """Field handler that decodes image fields (jpg, png, ...: IMAGE_EXTS, by the last extension) with
+    decode_image in `mode` (any name of IMAGE_MODES); returns None for other fields."""
+
+    def __init__(self, mode: str):
+        image_mode(mode)  # ValueError for an unknown mode, when the decoder is built
+        self.mode = mode
+
+    def __call__(self, name: str, data: bytes) -> Any:
+        return decode_image(data, self.mode) if name.rsplit(".", 1)[-1] in IMAGE_EXTS else None
+
+    def __repr__(self) -> str:
+        return f"ImageHandler({self.mode!r})"
+
+
+class ExtensionHandler:
+    """Field handler applying fn(bytes) to fields whose name ends in one of `extensions` (a list, or
+    one string split on spaces: "jpg png", "seg.png"); None for other fields. WebDataset's
+    `handle_extension`."""
+
+    def __init__(self, extensions: str | list[str], fn: Callable[[bytes], Any]):
+        names = extensions.split() if isinstance(extensions, str) else list(extensions)
+        if not names or not callable(fn):
+            raise ValueError(f"ExtensionHandler needs extensions and a callable, got {extensions!r}, {fn!r}")
+        self.suffixes = tuple(name.lower().split(".") for name in names)
+        self.fn = fn
+
+    def __call__(self, name: str, data: bytes) -> Any:
+        parts = name.split(".")
+        if any(parts[-len(suffix):] == suffix for suffix in self.suffixes):
+            return self.fn(data)
+        return None
+
+
+handle_extension = ExtensionHandler  # WebDataset's name
+
+
+class Decoder:
+    """Decode dict samples field by field, as WebDataset's Decoder does.
+
+    `handlers`: image mode names ("rgb8", "torch", "pil", ...: an ImageHandler each) and callables
+    (field name, bytes) -> value or None, tried in order for each bytes field; the first result that
+    is not None is the field's value. The name a handler sees is the field's, lower-cased, with a
+    ".gz" suffix already removed (and the data decompressed). A field no handler takes gets the
+    default decoding by extension (decode_field without images: images stay bytes unless a handler
+    decodes them). `only` limits decoding to those fields. Calling the decoder returns a new dict;
+    `__key__`-style fields and values that are not bytes are kept. Raises SampleError naming the
+    shard URL, the sample key and the field. Picklable when its callables are.
+    """
+
+    def __init__(self, *handlers: str | FieldHandler, allow_pickle: bool = False,
+                 only: set[str] | None = None):
+        self.handlers = [ImageHandler(h) if isinstance(h, str) else h for h in handlers]
+        for handler in self.handlers:
+            if not callable(handler):
+                raise TypeError(f"a decode handler is an image mode or a callable, not {handler!r}")
+        self.allow_pickle, self.only = allow_pickle, only
+
+    def decode_field(self, name: str, data: bytes) -> Any:
+        """The value of one field `name` with bytes `data` (see the class docstring)."""
+        name = name.lower()
+        if isinstance(data, (memoryview, bytearray)):  # int(), json and msgpack take bytes, not views
+            data = bytes(data)
+        if name.endswith(".gz"):
+            data, name = gzip.decompress(data), name[:-3]
+        for handler in self.handlers:
+            value = handler(name, data)
+            if value is not None:
+                return value
+        return _by_extension(name, data, self.allow_pickle)
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        result = {}
+        for name, value in sample.items():
+            if name[:2] == "__" or not isinstance(value, (bytes, bytearray, memoryview)) or (
+                    self.only is not None and name not in self.only):
+                result[name] = value
+                continue
+            try:
+                result[name] = self.decode_field(name, value)
+            except Exception as exn:
+                key = sample.get("__key__")
+                raise SampleError(f"cannot decode field {name!r}: {type(exn).__name__}: {exn}",
+                                  url=sample.get("__url__"), member=f"{key}.{name}") from exn
+        return result
+
+    def __repr__(self) -> str:
+        return f"Decoder({', '.join(map(repr, self.handlers))})"
+
+
 def decode_sample(sample: dict[str, Any], image: str | None = "rgb8", allow_pickle: bool = False,
                   only: set[str] | None = None) -> dict[str, Any]:
-    """A new dict with every bytes field decoded by its extension (see the module table).
-
-    `__key__`-style fields and values that are not bytes are kept as they are; `only` limits decoding
-    to those fields. Raises SampleError naming the shard URL, the sample key and the field.
-    """
-    if image is not None and image not in IMAGE_MODES:
-        raise ValueError(f"unknown image mode {image!r}; use one of {sorted(IMAGE_MODES)}")
-    result = {}
-    for name, value in sample.items():
-        if name[:2] == "__" or not isinstance(value, (bytes, bytearray, memoryview)) or (
-                only is not None and name not in only):
-            result[name] = value
-            continue
-        try:
-            result[name] = decode_field(name, value, image=image, allow_pickle=allow_pickle)
-        except Exception as exn:
-            key = sample.get("__key__")
-            raise SampleError(f"cannot decode field {name!r}: {type(exn).__name__}: {exn}",
-                              url=sample.get("__url__"), member=f"{key}.{name}") from exn
-    return result
+    """A new dict with every bytes field decoded by its extension (see the module table), images in
+    mode `image` (None: left as bytes): Decoder(image, allow_pickle=..., only=...)(sample)."""
+    return Decoder(*([image] if image is not None else []), allow_pickle=allow_pickle, only=only)(sample)
 
 
 def _int_dumps(value: Any) -> bytes:

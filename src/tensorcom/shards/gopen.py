@@ -279,7 +279,8 @@ def gopen(url: str | os.PathLike, mode: str = "rb", **options: Any) -> IO[bytes]
     """Open `url` (see the module docstring) for binary reading ("rb") or writing ("wb").
 
     Options: `bufsize` for every scheme; `timeout`, `retries`, `backoff`, `headers` for HTTP;
-    `timeout` for pipes; anything else goes to fsspec. Returns a binary file object; raises OpenError.
+    `timeout` for pipes; `cache_dir` to read a remote URL through a local cache (tensorcom.shards.cache);
+    anything else goes to fsspec. Returns a binary file object; raises OpenError.
     """
     if isinstance(url, os.PathLike):
         url = os.fspath(url)
@@ -287,4 +288,11 @@ def gopen(url: str | os.PathLike, mode: str = "rb", **options: Any) -> IO[bytes]
         raise TypeError(f"url must be a str or path, not {type(url).__name__}: {url!r}")
     if mode in ("r", "w", "a"):
         mode += "b"
-    return SCHEMES.get(scheme_of(url), open_fsspec)(url, mode, **options)
+    opener = SCHEMES.get(scheme_of(url), open_fsspec)
+    cache_dir = options.pop("cache_dir", None)
+    if cache_dir is not None and mode == "rb" and scheme_of(url) not in ("file", "-"):
+        from tensorcom.shards.cache import open_cached
+
+        return open_cached(url, cache_dir, lambda: opener(url, mode, **options),
+                           options.get("bufsize", DEFAULT_BUFSIZE))
+    return opener(url, mode, **options)

@@ -1,5 +1,7 @@
 """Shard lists: URL specs → lists of shard URLs; shuffling, splitting across nodes and workers, resampling.
 
+Splitting happens here and only here (`split_index`); the pipeline passes its worker share down.
+
 Spec grammar (strings): `A::B` joins specs; each part is brace-expanded (`train-{000000..000146}.tar`)
 or uses the count shorthand `train-@000147.tar` (147 shards numbered from 0 with 6 digits). Lists and
 tuples of specs are expanded element by element. Order: shuffle (same on every node: seed + epoch),
@@ -13,7 +15,7 @@ import os
 import random
 import re
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import braceexpand
 
@@ -82,27 +84,37 @@ def worker_and_count(worker: int | None, num_workers: int | None) -> tuple[int, 
     return int(worker), int(num_workers)
 
 
+def split_index(rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:
+    """The one split of a list between nodes and their workers: (share index, number of shares).
+
+    Share `rank + world_size * worker` of `world_size * num_workers` is, taken as a stride, the same as
+    worker `worker`'s stride of node `rank`'s stride, so every item goes to exactly one (node, worker).
+    """
+    return rank + world_size * worker, world_size * num_workers
+
+
 def split_shards(urls: Sequence[str], rank: int, world_size: int, worker: int = 0,
                  num_workers: int = 1) -> list[str]:
-    """The shards of node `rank` and, within it, of `worker`: every shard goes to exactly one pair."""
-    return list(urls)[rank::world_size][worker::num_workers]
+    """The shards of node `rank` and, within it, of `worker`: every shard goes to exactly one pair.
+    ValueError naming rank, world size, worker and shard count when that share is empty."""
+    index, count = split_index(rank, world_size, worker, num_workers)
+    chosen = list(urls)[index::count]
+    if not chosen:
+        who = f"rank {rank} of world size {world_size}" + (
+            f", worker {worker} of {num_workers}" if num_workers > 1 else "")
+        raise ValueError(f"{who} gets none of the {len(urls)} shards: use at most {len(urls)} "
+                         f"nodes x workers in all, or split the data into more shards")
+    return chosen
 
 
 def epoch_shards(urls: Sequence[str], *, shuffle: bool, seed: int, epoch: int, rank: int,
-                 world_size: int, worker: int, num_workers: int) -> list[str]:
-    """This (node, worker)'s shards for `epoch`, shuffled first when `shuffle`."""
+                 world_size: int, worker: int, num_workers: int, resampled: bool = False) -> list[str]:
+    """This (node, worker)'s shards for `epoch`: its split of `urls`, shuffled first from (seed, epoch)
+    when `shuffle`; or, when `resampled`, as many shards as that split holds drawn at random with
+    replacement from all of `urls`, the draw depending on (seed, epoch, share index)."""
+    if resampled:
+        count = len(split_shards(urls, rank, world_size, worker, num_workers))
+        rng = epoch_rng(seed, epoch, split_index(rank, world_size, worker, num_workers)[0])
+        return [rng.choice(list(urls)) for _ in range(count)]
     ordered = shuffle_shards(urls, seed, epoch) if shuffle else list(urls)
     return split_shards(ordered, rank, world_size, worker, num_workers)
-
-
-def resampled_shards(urls: Sequence[str], *, seed: int, epoch: int, rank: int, worker: int,
-                     count: int | None = None) -> Iterator[str]:
-    """Shards drawn at random with replacement, `count` of them (None = forever); the stream depends
-    on (seed, epoch, rank, worker) so nodes and workers draw different shards."""
-    if not urls:
-        raise ValueError("cannot resample an empty shard list")
-    rng = epoch_rng(seed, epoch, rank, worker)
-    drawn = 0
-    while count is None or drawn < count:
-        yield rng.choice(urls)
-        drawn += 1

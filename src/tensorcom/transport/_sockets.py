@@ -1,5 +1,6 @@
-"""ZeroMQ plumbing for the transport layer: one shared context, socket setup from an `Endpoint`, and
-the boundary where zmq errors become `errors.TransportError` naming the URL.
+"""ZeroMQ plumbing for the transport layer: one shared context, socket setup from an `Endpoint` (and
+which endpoints one socket can serve), and the boundary where zmq errors become
+`errors.TransportError` naming the URL.
 
 The context is shared by every open socket in the process (so `inproc://` works between two
 Connections) and reference-counted: it is terminated, and its I/O thread ends, when the last socket
@@ -9,6 +10,7 @@ made here is closed. A forked child gets a fresh context.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 from typing import Iterator
@@ -60,6 +62,29 @@ def make_socket(context: zmq.Context, socket_type: str, *, sndhwm: int, rcvhwm: 
     if max_message_size is not None and max_message_size < (1 << 63):
         sock.setsockopt(zmq.MAXMSGSIZE, max_message_size)
     return sock
+
+
+def endpoint_for(endpoint: Endpoint, topic: str) -> Endpoint:
+    """`endpoint` as a Connection's socket uses it: TransportError for the sharing schemes (which
+    Connection does not speak); SUB endpoints without a #topic get `topic` (connect()'s)."""
+    if endpoint.sharing:
+        raise TransportError(f"{endpoint.scheme}:// is the sharing protocol, which Connection "
+                             "does not speak; use the sharing API", endpoint.url)
+    if topic and endpoint.socket_type == "SUB" and not endpoint.topic:
+        return dataclasses.replace(endpoint, topic=topic)
+    return endpoint
+
+
+def check_compatible(endpoint: Endpoint, others: list[Endpoint]) -> None:
+    """ValueError unless `endpoint` can share one socket with `others` (the first decides): the same
+    socket type and, for PUB/SUB, the same use of topics."""
+    first = others[0]
+    if endpoint.socket_type != first.socket_type:
+        raise ValueError(f"{endpoint.url} ({endpoint.socket_type}) cannot share a Connection with "
+                         f"{first.url} ({first.socket_type})")
+    same_topic = endpoint.topic == first.topic if first.socket_type == "PUB" else True
+    if bool(endpoint.topic) != bool(first.topic) or not same_topic:
+        raise ValueError(f"{endpoint.url} and {first.url} must use the same topic setting")
 
 
 def attach(sock: zmq.Socket, endpoint: Endpoint) -> str:

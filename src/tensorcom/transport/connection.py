@@ -8,28 +8,26 @@ views of them. Messages of both protocols are accepted without being told which.
 
 End of an epoch, on the receiving side: a sender's `end_epoch()` / the end of its `serve()` sends an
 end-of-epoch marker carrying the sender's id, a `group` (default: none, i.e. a group of its own) and
-`group_size`. A group is complete when markers from `group_size` distinct senders of that group have
-arrived. `for batch in conn` ends when as many groups are complete as the connection expects (one
-per endpoint it connects to, plus `senders` (default 1) if it binds) and no sender that sent batches
-in this pass is still in the middle of its epoch: N independent servers feeding one bound socket end
-the pass after all N markers, as long as each has been heard from before the first of them ends.
-Markers that arrive early are kept for the next pass, and so are the batches of a sender that has
-already ended the current pass (up to MAX_HELD_MESSAGES / MAX_HELD_BYTES, after which they are let
-through with a warning), so a fast sender's next epoch never leaks into this one. A stream without
-markers (a tensorcom 0.1 server) never ends by itself; a pass also ends after `epoch` batches (so it
-yields at most `len(conn)` batches), after `total` samples over the connection's life (when > 0),
-or with `RecvTimeout` after `timeout` seconds of silence.
+`group_size`. `for batch in conn` ends when as many groups are complete as the connection expects
+(one per endpoint it connects to, plus `senders` (default 1) if it binds) and no sender that sent
+batches in this pass is still in the middle of its epoch; a fast sender's next epoch is held back
+meanwhile. The rules live in `tensorcom.transport.epochs` (`EpochBook`), which this class feeds. A
+stream without markers (a tensorcom 0.1 server) never ends by itself; a pass also ends after `epoch`
+batches (so it yields at most `len(conn)` batches), after `total` samples over the connection's life
+(when > 0), or with `RecvTimeout` after `timeout` seconds of silence.
+
+Resume: batches from `tensorcom.serve` carry their share (stream, worker i of N) and epoch; the
+receiver records what it was handed (`tensorcom.transport.resume`), `state_dict()` / `save_state()`
+return / write it, and a server restarted from it sends exactly the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
 import socket as _socket
 import sys
 import warnings
-from collections import deque
 from typing import Any, Iterable, Iterator
 
 from tensorcom import settings, urls, wire
@@ -42,12 +40,12 @@ from tensorcom.transport.batches import (
     resolve_converters,
     transform_with,
 )
+from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
+from tensorcom.transport.resume import Consumption, save_state
 from tensorcom.transport.stats import SequenceTracker, Statistics
 
 DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
 SEND_LINGER = 10.0  # seconds close() waits for queued outgoing messages on a sending socket
-MAX_HELD_MESSAGES = 100  # next-epoch messages kept back while other senders finish (see _next_message)
-MAX_HELD_BYTES = 1 << 30
 EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
 
 
@@ -81,7 +79,8 @@ class Connection:
     New, keyword only: timeout (seconds; recv raises RecvTimeout, send TransportError; None waits),
     sndhwm / rcvhwm (high-water marks, messages), protocol (1 or 2), max_message_size (bytes; default
     settings.max_message_size()), group / group_size (carried by end-of-epoch markers), senders (groups
-    expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)).
+    expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)), share (a
+    wire.Share (stream, worker, workers) sent with every protocol-2 message; tensorcom.serve sets it).
     """
 
     def __init__(self, url: Any = None, epoch: int = 100000, total: int = -1, multipart: bool = True,
@@ -90,7 +89,7 @@ class Connection:
                  report: int = -1, stats_horizon: int = 1000, noexpand: bool = False, *,
                  timeout: float | None = None, sndhwm: int = DEFAULT_HWM, rcvhwm: int = DEFAULT_HWM,
                  protocol: int = 2, max_message_size: int | None = None, group: str | None = None,
-                 group_size: int = 1, senders: int = 1, topic: str = ""):
+                 group_size: int = 1, senders: int = 1, topic: str = "", share: wire.Share | None = None):
         _check_options(protocol, timeout, group)
         self.epoch, self.total = _check_int("epoch", epoch, 1), total
         self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
@@ -98,6 +97,7 @@ class Connection:
         self.batch_transforms = listify(batch_transforms)
         self.converters = resolve_converters(converters, device)
         self.timeout, self.protocol, self.group = timeout, protocol, group
+        self.share = None if share is None else wire.Share(*share)
         self.sndhwm, self.rcvhwm = _check_int("sndhwm", sndhwm, 0), _check_int("rcvhwm", rcvhwm, 0)
         self.group_size = _check_int("group_size", group_size, 1)
         self.senders = _check_int("senders", senders, 1)
@@ -119,11 +119,8 @@ class Connection:
         self._seq = 0
         self._received = 0  # messages taken from the socket, for error messages
         self._tracker = SequenceTracker()
-        self._markers: dict[Any, dict] = {}  # group key -> {"size": n, "senders": {sender: count}}
-        self._ended: set[str] = set()  # senders whose marker for the current pass has arrived
-        self._active: set[str] = set()  # senders that sent batches in this pass and have not ended it
-        self._backlog: deque = deque()  # held messages to process before reading the socket again
-        self._held: list = []  # messages from senders in _ended, for the next pass
+        self._epochs = EpochBook()
+        self._consumed = Consumption()
         self._context = None
         self._closed = False
         if url is not None:
@@ -140,9 +137,9 @@ class Connection:
         list); `topic` is the subscription for SUB endpoints without their own `#topic`."""
         if self._closed:
             raise TransportError("connect on a closed Connection", str(url))
-        endpoints = [self._endpoint(e, topic) for e in urls.parse_all(url, self.noexpand)]
+        endpoints = [sockets.endpoint_for(e, topic) for e in urls.parse_all(url, self.noexpand)]
         for endpoint in endpoints:
-            self._check_compatible(endpoint, self.endpoints + endpoints)
+            sockets.check_compatible(endpoint, self.endpoints + endpoints)
         for endpoint in endpoints:
             if self.socket is None:
                 self._context = sockets.acquire_context()
@@ -151,27 +148,7 @@ class Connection:
                     timeout=self.timeout, max_message_size=self.max_message_size)
             self.addresses.append(sockets.attach(self.socket, endpoint))
             self.endpoints.append(endpoint)
-
-    @staticmethod
-    def _endpoint(endpoint: urls.Endpoint, topic: str) -> urls.Endpoint:
-        """Refuse the sharing schemes; give SUB endpoints without a #topic the connect() topic."""
-        if endpoint.sharing:
-            raise TransportError(f"{endpoint.scheme}:// is the sharing protocol, which Connection "
-                                 "does not speak; use the sharing API", endpoint.url)
-        if topic and endpoint.socket_type == "SUB" and not endpoint.topic:
-            return dataclasses.replace(endpoint, topic=topic)
-        return endpoint
-
-    @staticmethod
-    def _check_compatible(endpoint: urls.Endpoint, others: list) -> None:
-        """All endpoints of one Connection share a socket type and (for PUB/SUB) topic use."""
-        first = others[0]
-        if endpoint.socket_type != first.socket_type:
-            raise ValueError(f"{endpoint.url} ({endpoint.socket_type}) cannot share a Connection with "
-                             f"{first.url} ({first.socket_type})")
-        same_topic = endpoint.topic == first.topic if first.socket_type == "PUB" else True
-        if bool(endpoint.topic) != bool(first.topic) or not same_topic:
-            raise ValueError(f"{endpoint.url} and {first.url} must use the same topic setting")
+        self._epochs.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
 
     @property
     def url(self) -> str:
@@ -214,7 +191,7 @@ class Connection:
         leaves may be numpy arrays, torch tensors (sent as numpy) or plain values (protocol 2)."""
         batch = prepare_batch(batch, self.allow64 if allow64 is None else allow64)
         frames = wire.encode_batch(batch, seq=self._seq, epoch=self.epoch_number, sender=self.sender,
-                                   protocol=self.protocol, infos=self.infos)
+                                   protocol=self.protocol, infos=self.infos, share=self.share)
         nbytes = self._send_frames(frames)
         self._seq += 1
         self.stats.add(nbytes, batch_size(batch))
@@ -240,7 +217,7 @@ class Connection:
         epoch. A PUSH socket sends one marker per endpoint so that, round-robin, each peer gets one."""
         if self.protocol == 2:
             frames = wire.encode_end_of_epoch(seq=self._seq, epoch=self.epoch_number, sender=self.sender,
-                                              group=self.group, group_size=self.group_size)
+                                              group=self.group, group_size=self.group_size, share=self.share)
             push = self.endpoints and self.endpoints[0].socket_type == "PUSH"
             self._send_frames(frames, copies=len(self.endpoints) if push else 1)
         self.epoch_number += 1
@@ -285,56 +262,46 @@ class Connection:
         """Account for a received batch message and return its batch, transformed and converted."""
         self._tracker.batch(message.sender, message.seq)
         self.stats.dropped = self._tracker.dropped
-        if message.sender is not None:
-            self._active.add(message.sender)
+        self._epochs.delivered(message)
         batch = message.batch
         if isinstance(batch, tuple):
             batch = list(batch)
         self.batch_size = self.batchsize(batch)
         self.stats.add(message.nbytes, self.batch_size)
         self.count += self.batch_size
+        if message.share is not None:
+            self._consumed.batch(message.share, message.epoch, self.batch_size)
         batch = transform_with(batch, self.batch_transforms)
         return transform_with(batch, self.converters)
-
-    def _expected_groups(self) -> int:
-        """How many complete marker groups end an epoch: connected endpoints, plus `senders` if bound."""
-        connected = sum(1 for e in self.endpoints if not e.bind)
-        return connected + (self.senders if any(e.bind for e in self.endpoints) else 0)
 
     def _note_marker(self, message: Any) -> bool:
         """Record an end-of-epoch marker; True when it completes the epoch (see the module docstring)."""
         self._tracker.marker(message.sender, message.seq)
         self.stats.dropped = self._tracker.dropped
-        self._ended.add(message.sender)
-        self._active.discard(message.sender)
-        key = ("group", message.group) if message.group is not None else ("sender", message.sender)
-        entry = self._markers.setdefault(key, {"size": message.group_size, "senders": {}})
-        entry["senders"][message.sender] = entry["senders"].get(message.sender, 0) + 1
-        complete = [e for e in self._markers.values() if len(e["senders"]) >= e["size"]]
-        if len(complete) < self._expected_groups() or self._active:
+        if message.share is not None:
+            self._consumed.marker(message.share, message.epoch)
+        if not self._epochs.marker(message):
             return False
-        for entry in complete:  # consume one marker of each sender of each complete group
-            self._ended.difference_update(entry["senders"])
-            entry["senders"] = {s: n - 1 for s, n in entry["senders"].items() if n > 1}
-        self._markers = {k: e for k, e in self._markers.items() if e["senders"]}
-        self._backlog.extendleft(reversed(self._held))
-        self._held.clear()
         self.epoch_number += 1
+        self._consumed.passes = self.epoch_number
         return True
 
     def _next_message(self) -> Any:
-        """The next message to process: held-back ones first, then the socket. A message from a sender
-        that already ended the current pass is held for the next pass, within the held limits."""
+        """The next message to process: released held-back ones first, then the socket; messages
+        the epoch book holds for the next pass or drops (retired senders) are skipped."""
         while True:
-            message = self._backlog.popleft() if self._backlog else self._recv_message()
-            if self.raw or message.sender is None or message.sender not in self._ended:
+            message = self._epochs.release()
+            if message is None:
+                message = self._recv_message()
+            if self.raw:
                 return message
-            if len(self._held) >= MAX_HELD_MESSAGES or sum(m.nbytes for m in self._held) >= MAX_HELD_BYTES:
-                warnings.warn(f"{self.url}: senders are more than {len(self._held)} messages apart in "
-                              "their epochs; later epochs' batches are delivered in this pass",
+            verdict = self._epochs.admit(message)
+            if verdict is Verdict.LATE:
+                warnings.warn(f"{self.url}: senders are more than {len(self._epochs.held)} messages apart "
+                              "in their epochs; later epochs' batches are delivered in this pass",
                               RuntimeWarning, stacklevel=3)
+            if verdict in (Verdict.DELIVER, Verdict.LATE):
                 return message
-            self._held.append(message)
 
     def _next_batch(self) -> Any:
         """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the
@@ -375,6 +342,25 @@ class Connection:
 
     def __iter__(self) -> Iterator[Any]:
         return self.items()
+
+    # ---- resume ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """What this receiver has been handed of each `tensorcom.serve` stream (per stream, epoch and
+        worker: batches, samples, whether the worker ended the epoch) and its completed passes; a
+        JSON-ready dict (layout in tensorcom.transport.resume). `tensorcom.serve(..., resume=STATE)`
+        and `--resume FILE` continue from it."""
+        return self._consumed.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the record of `state` (from state_dict(), e.g. in a restarted training job), so a
+        later state_dict() counts what was consumed before it too. ValueError for a malformed state."""
+        self._consumed.load_state_dict(state)
+        self.epoch_number = self._consumed.passes
+
+    def save_state(self, path: Any) -> None:
+        """Write state_dict() as JSON to `path` (atomically), for `tensorcom serve --resume FILE`."""
+        save_state(self.state_dict(), path)
 
     def batchsize(self, batch: Any) -> int:
         """Samples in `batch` (1 when batch_count is False)."""

@@ -1,18 +1,18 @@
-"""wl-xargs's per-sample work: write the fields into a temp dir, run the command there, collect files.
+"""A shell command per sample, as wl-xargs runs it: write the sample's fields as files into a fresh
+temporary directory, run the command there, collect the files it leaves as the output sample.
 
-`run_sample(sample, job)` is a module-level function so that spawned workers can run it.
+    run_sample(sample, CommandJob("convert sample.jpg sample.png && rm sample.jpg"))  -> output sample
 
-In a worker process (tensorcom.pipeline.workers, via wlcommon.run_tasks) a command must not outlive the
-tool: the first command a worker runs sets up `watch_for_stop`: SIGTERM (the pool's last word before
-SIGKILL) only sets a flag that the waiting loop polls, and a thread blocked on the parent process
-kills every running command's process group, removes the temporary directories and ends the worker
-the moment the parent is gone (before the pool's own parent watchdog ends the worker with os._exit,
-which would leave the commands behind; nobody is left to read the worker's answer anyway).
+`run_sample` is a module-level function so that spawned workers (tensorcom.pipeline.workers) can run it.
+
+In a worker process a command must not outlive the tool: the first command a worker runs sets up
+`watch_for_stop`: SIGTERM (the pool's last word before SIGKILL) only sets a flag that the waiting
+loop polls, and the worker's parent-death watcher (tensorcom.pipeline._watch) kills every running
+command's process group and removes the temporary directories before it ends the worker.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import shutil
@@ -23,8 +23,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tensorcom.cli import wlcommon
 from tensorcom.errors import SampleError, WorkerError
+from tensorcom.pipeline._watch import on_parent_death, watching
 
 _POLL_S = 0.2
 _running: set[int] = set()  # process groups of the commands running in this process
@@ -40,15 +40,14 @@ def should_stop() -> bool:
 
 
 def watch_for_stop() -> None:
-    """Once, in a process started by multiprocessing (a pool worker): SIGTERM sets the stop flag, and a
-    daemon thread waits for the parent process to end (_stop_when_gone). Does nothing elsewhere."""
+    """Once, in a worker process (one whose parent is watched): SIGTERM sets the stop flag, and the
+    parent-death watcher runs _clean_up. Does nothing elsewhere."""
     global _watching
-    parent = multiprocessing.parent_process()
-    if _watching or parent is None or threading.current_thread() is not threading.main_thread():
+    if _watching or not watching() or threading.current_thread() is not threading.main_thread():
         return
     _watching = True
     signal.signal(signal.SIGTERM, _request_stop)
-    threading.Thread(target=_stop_when_gone, args=(parent,), daemon=True, name="wl-xargs-parent-watch").start()
+    on_parent_death(_clean_up)
 
 
 def _request_stop(*_: object) -> None:
@@ -57,40 +56,40 @@ def _request_stop(*_: object) -> None:
     _stop_requested = True
 
 
-def _stop_when_gone(parent) -> None:
-    """Thread body: block until `parent` (a multiprocessing.parent_process()) ends, then kill the
-    running commands, remove their directories and end this process."""
-    parent.join()
+def _clean_up() -> None:
+    """Run by the parent-death watcher, just before it ends this process: kill the running commands
+    and remove their directories."""
     _starting.acquire()  # never released: no command may start after this
     for group in list(_running):
         _kill_group(group)
     for workdir in list(_workdirs):
         shutil.rmtree(workdir, ignore_errors=True)
-    os._exit(1)
 
 
 @dataclass(frozen=True)
-class Job:
-    """What to do with each sample: the command, input file base, fields, limits and filters."""
+class CommandJob:
+    """What to do with each sample: the shell command, the base name of its input files (BASE.EXT),
+    the seconds it may run (None: no limit), regexes of the output file names to collect (`include`)
+    or leave (`exclude`), and whether a failed command drops the sample instead of stopping."""
 
     command: str
     base: str = "sample"
-    fields: tuple[str, ...] = ()
     timeout: float | None = None
     include: str | None = None
     exclude: str | None = None
     skip_errors: bool = False
 
 
-def run_sample(sample: dict, job: Job) -> dict | tuple:
-    """The output sample for one input sample, or ("failed", key, why) when the command failed and
+def run_sample(sample: dict, job: CommandJob) -> dict | tuple:
+    """The output sample ({"__key__": key, EXT: bytes}) for one input sample (its fields that do not
+    start with "__" become the input files), or ("failed", key, why) when the command failed and
     job.skip_errors is set; a failed command otherwise raises WorkerError naming the key."""
     key = str(sample.get("__key__", ""))
     watch_for_stop()
     workdir = tempfile.mkdtemp(prefix="wl-xargs-")
     _workdirs.add(workdir)
     try:
-        write_inputs(workdir, wlcommon.select_fields(sample, list(job.fields) or None), job.base)
+        write_inputs(workdir, sample, job.base)
         why = run_command(job.command, workdir, key, job.timeout)
         if why is not None:
             if job.skip_errors:
@@ -103,12 +102,12 @@ def run_sample(sample: dict, job: Job) -> dict | tuple:
 
 
 def write_inputs(workdir: str, sample: dict, base: str) -> None:
-    """Write each non-metadata field EXT of `sample` as workdir/BASE.EXT."""
+    """Write each non-metadata field EXT of `sample` as workdir/BASE.EXT (str as UTF-8, bytes as they are)."""
     for ext, value in sample.items():
         if ext.startswith("__"):
             continue
         with open(os.path.join(workdir, f"{base}.{ext}"), "wb") as stream:
-            stream.write(wlcommon.field_bytes(value))
+            stream.write(value.encode("utf-8") if isinstance(value, str) else bytes(value))
 
 
 def run_command(command: str, workdir: str, key: str, timeout: float | None) -> str | None:
@@ -155,7 +154,7 @@ def _kill_group(group: int) -> None:
         pass
 
 
-def collect(workdir: str, key: str, job: Job) -> dict:
+def collect(workdir: str, key: str, job: CommandJob) -> dict:
     """The output sample: {"__key__": key, EXT: bytes} for each regular file NAME.EXT left in workdir."""
     out: dict = {"__key__": key}
     for name in sorted(os.listdir(workdir)):

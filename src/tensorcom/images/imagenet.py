@@ -1,0 +1,170 @@
+"""The ImageNet-style training pipelines that serve-imagenet-dir and serve-imagenet-shards serve.
+
+    dir_pipeline(root, batch_size=64, ...)      ImageFolder tree -> [images, labels] batches
+    shards_pipeline(urls, batch_size=64, ...)   tar shards (jpg/png + cls) -> [images, labels] batches
+    benchmark_pipeline(pipeline)                the first batch of `pipeline`, over and over
+    dataset_root(path)                          a checked directory, DIR/train when that exists
+
+Every batch is `[images, labels]` (a list, as tensorcom 0.1 sent): images uint8 (N, SIZE, SIZE, 3)
+(float32 ImageNet-normalized with `normalize`), labels int32 (N,); each image is augmented with
+RandomResizedCrop(SIZE, scale=(min_scale, 1)) + horizontal flip, its randomness drawn from the
+pipeline's seed. With `workers` > 0 the augmentation and batching run in that many spawned processes
+(`Pipeline.parallel`), so only whole batches cross to the consumer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from tensorcom.pipeline import Pipeline
+
+IMAGE_FIELDS = ("jpg", "jpeg", "png", "ppm", "webp")
+
+
+class Augment:
+    """Picklable map function: an image sample dict -> (image array, int32 label).
+
+    Takes the first of IMAGE_FIELDS as the image bytes (or reads the file named by `__path__` when
+    there is none, so worker processes do their own reads) and `cls` as the label (bytes or str digits,
+    or an int); applies RandomResizedCrop(size, scale=(min_scale, 1)) + flip, and ImageNet
+    normalization to float32 when `normalize`. The transform is built lazily in whichever process runs
+    it; with `dedicated` (a process that only serves data) that process's torch is first set to one
+    thread (images.init_worker), which enables the fast resize.
+    """
+
+    FIELDS = IMAGE_FIELDS
+
+    def __init__(self, size: int, normalize: bool = False, min_scale: float = 0.08, dedicated: bool = False):
+        self.size, self.normalize, self.min_scale, self.dedicated = size, normalize, min_scale, dedicated
+        self._transform: Callable | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_transform": None}
+
+    def transform(self) -> Callable:
+        """The images.train_transform this object applies (built on first use)."""
+        if self._transform is None:
+            from tensorcom.images.augment import train_transform
+            from tensorcom.images.resample import init_worker
+
+            if self.dedicated:
+                init_worker()
+            dtype = "float32" if self.normalize else "uint8"
+            self._transform = train_transform(self.size, dtype=dtype, scale=(self.min_scale, 1.0))
+        return self._transform
+
+    def __call__(self, sample: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.int32]:
+        return self.transform()(image_bytes(sample), rng), np.int32(label_of(sample))
+
+
+def image_bytes(sample: dict) -> bytes:
+    """The encoded image of a sample: its first IMAGE_FIELDS field, else the file at `__path__`
+    (an ImageFolderSource(read=False) sample). KeyError naming the key and fields when it has neither."""
+    data = next((sample[name] for name in IMAGE_FIELDS if name in sample), None)
+    if data is None and "__path__" in sample:
+        with open(sample["__path__"], "rb") as stream:
+            data = stream.read()
+    if data is None:
+        raise KeyError(f"sample {sample.get('__key__')!r} has no image field ({'/'.join(IMAGE_FIELDS)}); "
+                       f"it has {sorted(sample)}")
+    return data
+
+
+def label_of(sample: dict) -> int:
+    """The integer class of a sample's `cls` field (int, or bytes/str of decimal digits)."""
+    value = sample.get("cls")
+    if value is None:
+        raise KeyError(f"sample {sample.get('__key__')!r} has no 'cls' field; it has {sorted(sample)}")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value).decode("ascii")
+    return int(value)
+
+
+def dataset_root(path: str | os.PathLike) -> str:
+    """`path` when it is a directory (ValueError naming it otherwise); DIR/train when that exists."""
+    if not os.path.isdir(path):
+        raise ValueError(f"dataset directory {os.fspath(path)!r} does not exist or is not a directory")
+    from tensorcom.images.folder import image_folder_root
+
+    return os.fspath(image_folder_root(path))
+
+
+def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool = True, normalize: bool = False,
+                 workers: int = 0, seed: int = 0, min_scale: float = 0.08, dedicated: bool = False) -> Pipeline:
+    """The Pipeline serve-imagenet-dir serves: ImageFolder `root` -> augmented [images, labels] batches,
+    in shuffled (or, without `shuffle`, file) order. `dedicated`: the processes iterating it only
+    serve data (see Augment)."""
+    from tensorcom.images.folder import ImageFolderSource
+
+    # Augment reads each file where it runs; the tree is scanned once, here, not in every process
+    source = ImageFolderSource(root, shuffle=shuffle, read=False)
+    source.items()
+    pipeline = Pipeline(source, seed=seed)
+    return augmented_batches(pipeline, Augment(size, normalize, min_scale, dedicated), batch_size, workers)
+
+
+def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: bool = False, shuffle_buffer: int = 1000,
+                    normalize: bool = False, workers: int = 0, seed: int = 0, min_scale: float = 0.08,
+                    dedicated: bool = False) -> Pipeline:
+    """The Pipeline serve-imagenet-shards serves: tar shards `urls` (brace-expanded) -> augmented
+    [images, labels] batches; `shuffle` shuffles the shards and then the samples through a buffer of
+    `shuffle_buffer`. `dedicated`: the processes iterating it only serve data (see Augment)."""
+    from tensorcom.pipeline.sources import ShardSource
+
+    pipeline = Pipeline(ShardSource(urls, shuffle=shuffle) if shuffle else ShardSource(urls), seed=seed)
+    if shuffle:
+        pipeline = pipeline.shuffle(shuffle_buffer)
+    return augmented_batches(pipeline, Augment(size, normalize, min_scale, dedicated), batch_size, workers)
+
+
+def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, workers: int) -> Pipeline:
+    """`pipeline` followed by `augment` and batching: inline when `workers` is 0, else in `workers`
+    spawned processes, each augmenting and batching its own share (only whole batches cross to the
+    consumer) with torch's fast resize enabled there (images.init_worker)."""
+    from tensorcom.images.resample import init_worker
+
+    pipeline = pipeline.map(augment, rng=True).batch(batch_size, collate=collate_pair)
+    return pipeline.parallel(workers, init=init_worker) if workers > 0 else pipeline
+
+
+def collate_pair(samples: list[tuple[np.ndarray, np.int32]]) -> list[np.ndarray]:
+    """[(image, label), ...] -> [images (N, ...), labels int32 (N,)] (a list, as tensorcom 0.1 sent)."""
+    images = np.stack([image for image, _ in samples])
+    return [images, np.array([label for _, label in samples], dtype=np.int32)]
+
+
+class Preloaded:
+    """A re-iterable that yields the first batch of `pipeline` `times` times (forever when None).
+
+    The batch is computed once, in whichever process iterates, so that only the transport is measured.
+    Picklable (it holds the pipeline, not the batch).
+    """
+
+    def __init__(self, pipeline: Pipeline, times: int | None):
+        self.pipeline, self.times = pipeline, times
+        self._batch = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_batch": None}
+
+    def __len__(self) -> int:
+        if self.times is None:
+            raise TypeError("an endless Preloaded has no length")
+        return self.times
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._batch is None:
+            self._batch = next(iter(self.pipeline))
+        repeats = itertools.repeat(self._batch) if self.times is None else itertools.repeat(self._batch, self.times)
+        return iter(repeats)
+
+
+def benchmark_pipeline(pipeline: Pipeline, seed: int = 0) -> Pipeline:
+    """A Pipeline serving `pipeline`'s first batch over and over, an epoch being as many batches as
+    `pipeline` yields (1000 when its length is unknown)."""
+    times = pipeline.length()
+    return Pipeline(Preloaded(pipeline, times if times else 1000), seed=seed)

@@ -1,0 +1,165 @@
+"""A Pipeline's steps → its chain of nodes for one epoch, and the number of items that chain yields.
+
+    build_chain(pipeline, count, epoch)   the node of the first `count` steps (source first)
+    chain_length(pipeline, count)         items out of the first `count` steps, or None when unknown
+    ShareMaker                            what a parallel stage's worker runs: one share's chain
+
+A `repeat` or `parallel` step cuts the chain: the steps before it are built again for each pass
+(Repeated) or in each worker (Parallel). Node classes: tensorcom.pipeline.stages, _shuffle, _pooled,
+_sliced; sources' nodes come from Source.open.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator
+
+from tensorcom.pipeline._node import Node, State, with_states
+from tensorcom.pipeline._pooled import (
+    MapPlan,
+    Parallel,
+    Prefetched,
+    Tagged,
+    WorkerMapped,
+)
+from tensorcom.pipeline._shares import shard_parallel
+from tensorcom.pipeline._shuffle import Shuffled
+from tensorcom.pipeline._sliced import Sliced, sliced_length
+from tensorcom.pipeline.stages import (
+    Batched,
+    FieldSelector,
+    FieldTuple,
+    Filtered,
+    Mapped,
+    Repeated,
+    Unbatched,
+)
+from tensorcom.pipeline.workers import WorkerPool
+
+CUTS = ("repeat", "parallel")
+
+
+def build_chain(p: Any, count: int, epoch: int) -> Node:
+    """The node chain of `p.steps[:count]` on p's share (p.worker of p.num_workers) for `epoch`."""
+    cuts = [i for i in range(count) if p.steps[i].kind in CUTS]
+    if cuts:
+        node = (_parallel if p.steps[cuts[-1]].kind == "parallel" else _repeated)(p, cuts[-1], epoch)
+        start = cuts[-1] + 1
+    else:
+        node = p.source.open(seed=p.seed, epoch=epoch, worker=p.worker, num_workers=p.num_workers)
+        start = 0
+    for index in range(start, count):
+        node = _stage(p, index, node, epoch)
+    return node
+
+
+def _repeated(p: Any, index: int, epoch: int) -> Node:
+    """Passes over steps[:index]: pass k of epoch e runs epoch e × stride + k (stride: the number of
+    passes, so that epochs never overlap; 1 for ShardDataset's consecutive epochs), e + k when endless."""
+    args = p.steps[index].args
+    epochs = args["epochs"]
+    first = epoch if epochs is None else epoch * args.get("stride", epochs)
+    return Repeated(lambda inner: build_chain(p, index, inner), epochs, first)
+
+
+def _parallel(p: Any, index: int, epoch: int) -> Node:
+    """steps[:index] for `epoch` in the parallel stage's workers, their items round-robin."""
+    args = p.steps[index].args
+    upstream = p._copy(steps=p.steps[:index], _pools={})
+
+    def launch(order: list[int], states: list) -> Iterator[tuple[int, Any, State]]:
+        make = ShareMaker(upstream, epoch, args["workers"], order, states)
+        return shard_parallel(make, workers=len(order), processes=args["processes"], buffer=args["buffer"],
+                              init=args["init"])
+
+    return Parallel(launch, args["workers"])
+
+
+class ShareMaker:
+    """Picklable `make(slot, count)` for tensorcom.pipeline._shares: the chain of share order[slot]
+    of `shares` of `pipeline` at `epoch`, from position states[share], as (share, item, state) triples."""
+
+    def __init__(self, pipeline: Any, epoch: int, shares: int, order: list[int], states: list):
+        self.pipeline, self.epoch, self.shares, self.order, self.states = pipeline, epoch, shares, order, states
+
+    def __call__(self, slot: int, count: int) -> Iterator[tuple[int, Any, State]]:
+        share = self.order[slot]
+        sub = self.pipeline._subshard(share, self.shares, len(self.pipeline.steps))
+        chain = build_chain(sub, len(sub.steps), self.epoch)
+        chain.load_state_dict(self.states[share])
+        return _share_items(share, chain)
+
+
+def _share_items(share: int, chain: Node) -> Iterator[tuple[int, Any, State]]:
+    try:
+        for item, state in with_states(chain):
+            yield share, item, state
+    finally:
+        chain.close()
+
+
+def _stage(p: Any, index: int, up: Node, epoch: int) -> Node:
+    """The node of step `index` over `up`."""
+    step = p.steps[index]
+    a = step.args
+    key = (p.seed, epoch, p.worker, index)
+    if step.kind == "map":
+        return _map(p, step, up, key if a["rng"] else None)
+    table: dict[str, Callable[[], Node]] = {
+        "filter": lambda: Filtered(up, a["predicate"]),
+        "select": lambda: Mapped(up, FieldSelector(a["fields"])),
+        "to_tuple": lambda: Mapped(up, FieldTuple(a["fields"])),
+        "shuffle": lambda: Shuffled(up, a["bufsize"], key),
+        "batch": lambda: Batched(up, a["size"], a["partial"], a["collate"]),
+        "unbatch": lambda: Unbatched(up),
+        "rebatch": lambda: Batched(Unbatched(up), a["size"], a["partial"], a["collate"]),
+        "take": lambda: Sliced(up, 0, a["count"]),
+        "prefetch": lambda: Prefetched(up, a["size"]),
+        "slice": lambda: Sliced(up, a["start"], a["stop"], a["step"]),
+        "with_length": lambda: up,
+    }
+    return table[step.kind]()
+
+
+def _map(p: Any, step: Any, up: Node, rng_key: tuple | None) -> Node:
+    """map(fn): inline, or on threads / processes (a persistent map's pool is kept in p._pools)."""
+    a = step.args
+    if a["workers"] == 0:
+        return Mapped(up, a["fn"], rng_key)
+    pool = p._pools.get(step)
+    if a["persistent"] and pool is None:
+        pool = p._pools[step] = WorkerPool(Tagged(a["fn"]), a["workers"], a["processes"])
+    plan = MapPlan(a["workers"], a["processes"], a["ordered"], a["buffer"], rng_key, pool)
+    return WorkerMapped(up, a["fn"], plan)
+
+
+def chain_length(p: Any, count: int) -> int | None:
+    """Items out of the first `count` steps of `p` on its share (None: unknown)."""
+    cuts = [i for i in range(count) if p.steps[i].kind == "parallel"]
+    if cuts:
+        n = p.steps[cuts[-1]].args["workers"]
+        sizes = [chain_length(p._subshard(i, n, cuts[-1]), cuts[-1]) for i in range(n)]
+        size, start = (None if None in sizes else sum(sizes)), cuts[-1] + 1  # type: ignore[arg-type]
+    else:
+        size, start = p.source.length(p.worker, p.num_workers), 0
+    for step in p.steps[start:count]:
+        size = _step_length(step, size)
+    return size
+
+
+def _step_length(step: Any, size: int | None) -> int | None:
+    """Items out of `step` given `size` items in (None: unknown)."""
+    if step.kind == "with_length":
+        return step.args["count"]
+    if step.kind == "slice":
+        return sliced_length(size, step.args["start"], step.args["stop"], step.args["step"])
+    if size is None or step.kind in ("filter", "unbatch", "rebatch"):
+        return None
+    if step.kind == "batch":
+        rounding = math.ceil if step.args["partial"] else math.floor
+        return int(rounding(size / step.args["size"]))
+    if step.kind == "repeat":
+        return None if step.args["epochs"] is None else size * step.args["epochs"]
+    if step.kind == "take":
+        return min(size, step.args["count"])
+    return size

@@ -1,0 +1,81 @@
+"""A server run in the server tools' terms: URLs, publisher processes, epochs and a batch count.
+
+    plan = ServePlan(["zpush://127.0.0.1:7880"], workers=2, epochs=None, count=1000)
+    plan.run(pipeline_or_factory)           tensorcom.serve with the count spread over the publishers
+
+`count` (0: no limit) is the number of batches to send in all: each of the P publishers sends
+ceil(count / P), the epochs running back to back with one end-of-epoch marker at the end. The run
+itself, its processes and its reports are tensorcom.serve's (tensorcom.pipeline.serving).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensorcom.pipeline._pipeline import Pipeline
+
+DEFAULT_URL = "zpub://127.0.0.1:7880"
+
+
+@dataclass
+class ServePlan:
+    """What to serve to: `urls` (default DEFAULT_URL), `workers` publisher processes (None: one per
+    binding URL, else 1), `epochs` (None: forever), `count` batches in all (0: no limit), `report`
+    seconds between rate lines on stderr (None: none), and `options`: further keyword arguments for
+    tensorcom.serve (resume=..., connection_options=...)."""
+
+    urls: list[str] = field(default_factory=lambda: [DEFAULT_URL])
+    workers: int | None = None
+    epochs: int | None = None
+    count: int = 0
+    report: float | None = 10.0
+    options: dict = field(default_factory=dict)
+
+    def publishers(self) -> int:
+        """The number of publisher processes; ValueError (naming the URL) when the URLs cannot work
+        with `workers` (a binding URL per publisher, connecting URLs for any number, sending schemes)."""
+        from tensorcom.pipeline.serving import assign_urls
+
+        return len(assign_urls(self.urls or [DEFAULT_URL], self.workers)[0])
+
+    def limited(self, target: Any) -> tuple[Any, int | None]:
+        """(what to serve, epochs) for `target` (a Pipeline or a picklable factory): cut at each
+        publisher's share of `count` when there is one, else `target` and `epochs` unchanged."""
+        if not self.count:
+            return target, self.epochs
+        share = -(-self.count // self.publishers())
+        if isinstance(target, Pipeline):
+            return target.repeat(self.epochs).take(share), 1
+        return Limited(target, self.epochs, share), 1
+
+    def run(self, target: Any, *, announce: str | None = None) -> dict:
+        """Serve `target` (Pipeline, "module:function" or factory) as planned; `announce` names what is
+        served in the one line printed on stderr first. Returns tensorcom.serve's totals."""
+        from tensorcom.pipeline.serving import serve
+
+        urls = self.urls or [DEFAULT_URL]
+        served, epochs = self.limited(target)
+        what = announce or describe(served)
+        print(f"serving {what} to {' '.join(urls)} from {self.publishers()} publisher(s)", file=sys.stderr, flush=True)
+        return serve(served, urls, workers=self.workers, epochs=epochs, report=self.report or None, **self.options)
+
+
+class Limited:
+    """Picklable factory: the pipeline `target` makes (or is) repeated for `epochs` (None: forever),
+    cut at `count` items."""
+
+    def __init__(self, target: Any, epochs: int | None, count: int):
+        self.target, self.epochs, self.count = target, epochs, count
+
+    def __call__(self) -> Pipeline:
+        from tensorcom.pipeline.serving import resolve
+
+        return resolve(self.target).repeat(self.epochs).take(self.count)
+
+
+def describe(target: Any) -> str:
+    """A short description of what is served: the batch count per epoch when known."""
+    length = target.length() if isinstance(target, Pipeline) else None
+    return f"{length} batches per epoch" if length is not None else "batches"
