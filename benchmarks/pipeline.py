@@ -310,8 +310,8 @@ def run_http(base: str, root: Path, threads: int, processes: int, limit: int, ti
     """`limit` images fetched over HTTP by `threads` threads, augmented and batched by 64 (0 processes:
     in this process; else in each of `processes` processes, each fetching its share with `threads`
     threads and handing over whole batches)."""
-    from tensorcom.images.imagenet import collate_pair
     from tensorcom.images import init_worker
+    from tensorcom.images.imagenet import collate_pair
     from tensorcom.pipeline import Pipeline
     from tensorcom.pipeline.sources import FetchSource
 

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 import numpy as np
 import webdataset as wds  # imported here: its import (torch's) would otherwise count in its first timing
 
-from tensorcom import shards
+from tensorcom import ShardDataset, shards
 from tensorcom.shards import _tarscan as tarscan
 
 ROOT = Path(__file__).resolve().parent.parent / "bench-data" / "shards"
@@ -176,7 +176,7 @@ def read_wds(urls: list[str]) -> int:
 
 def decode_ours(urls: list[str]) -> int:
     with pure_python(False):
-        dataset = shards.ShardDataset(urls, decode="rgb8", rank=0, world_size=1)
+        dataset = ShardDataset(urls, decode="rgb8", rank=0, world_size=1)
         return sum(sample["jpg"].shape[0] == 256 for sample in dataset)
 
 

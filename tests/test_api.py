@@ -7,7 +7,7 @@ import tensorcom
 
 EXPECTED = [
     "Connection", "DecodeError", "EncodeError", "OpenError", "PeerLost", "Pipeline", "RecvTimeout",
-    "SampleError", "ShardError", "TarFormatError", "TensorcomError", "TransportError", "URLError",
+    "SampleError", "ShardDataset", "ShardError", "TarFormatError", "TensorcomError", "TransportError", "URLError",
     "WorkerDied", "WorkerError", "images", "serve", "shards", "tenbin", "urls", "wire",
 ]
 

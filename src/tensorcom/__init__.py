@@ -21,6 +21,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Pipeline": ("tensorcom.pipeline", "Pipeline"),
     "RecvTimeout": ("tensorcom.errors", "RecvTimeout"),
     "SampleError": ("tensorcom.errors", "SampleError"),
+    "ShardDataset": ("tensorcom.pipeline", "ShardDataset"),
     "ShardError": ("tensorcom.errors", "ShardError"),
     "TarFormatError": ("tensorcom.errors", "TarFormatError"),
     "TensorcomError": ("tensorcom.errors", "TensorcomError"),

@@ -5,12 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorcom.demo.trainer import (
-    NumpyTrainer,
-    make_trainer,
-    pooled_features,
-    torch_available,
-)
+from tensorcom.demo.trainer import NumpyTrainer, make_trainer, pooled_features, torch_available
 
 
 @pytest.fixture(autouse=True)

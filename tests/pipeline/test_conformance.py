@@ -20,15 +20,7 @@ import pytest
 import tensorcom.pipeline
 from tensorcom import shards
 from tensorcom.images import ImageFolderSource
-from tensorcom.pipeline import (
-    FetchSource,
-    IterableSource,
-    Node,
-    PathSource,
-    Pipeline,
-    ShardSource,
-    Source,
-)
+from tensorcom.pipeline import FetchSource, IterableSource, Node, PathSource, Pipeline, ShardSource, Source
 from tensorcom.pipeline._node import Indexed, Replayed
 from tensorcom.pipeline._pooled import MapPlan, Prefetched, WorkerMapped
 from tensorcom.pipeline._shuffle import Shuffled

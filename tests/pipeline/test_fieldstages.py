@@ -15,12 +15,7 @@ from PIL import Image
 from tensorcom.errors import SampleError
 from tensorcom.pipeline import Pipeline, ShardSource
 from tensorcom.pipeline._sliced import Sliced
-from tensorcom.shards import (
-    SkipCounts,
-    TarWriter,
-    ignore_and_continue,
-    warn_and_continue,
-)
+from tensorcom.shards import SkipCounts, TarWriter, ignore_and_continue, warn_and_continue
 from tensorcom.shards.fields import encode_sample, handle_extension
 
 

@@ -9,14 +9,7 @@ import pytest
 from tensorcom.errors import WorkerError
 from tensorcom.images import ImageFolderSource
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline.sources import (
-    FetchSource,
-    IterableSource,
-    PathSource,
-    ShardSource,
-    epoch_share,
-    field_name,
-)
+from tensorcom.pipeline.sources import FetchSource, IterableSource, PathSource, ShardSource, epoch_share, field_name
 
 
 def shares(source, n, epoch=0, seed=0):

@@ -14,13 +14,7 @@ from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import stages
 from tensorcom.pipeline._failure import Failure, describe_exit
 from tensorcom.pipeline._shares import shard_parallel
-from tensorcom.pipeline.workers import (
-    WorkerPool,
-    check_sizes,
-    parallel_map,
-    prefetching,
-    serial_map,
-)
+from tensorcom.pipeline.workers import WorkerPool, check_sizes, parallel_map, prefetching, serial_map
 
 
 def square(x):

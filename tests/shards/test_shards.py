@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tensorcom import shards
+from tensorcom import ShardDataset, shards
 from tensorcom.errors import OpenError, SampleError, TarFormatError
 from tensorcom.shards.shardlist import expand_urls
 
@@ -74,28 +74,28 @@ def test_an_empty_split_is_an_error_naming_rank_world_size_and_shard_count(shard
     with pytest.raises(ValueError, match=r"rank 5 of world size 8.* 4 shards"):
         shards.samples(urls, rank=5, world_size=8)  # at the call, not when iterated
     with pytest.raises(ValueError, match=r"rank 5 of world size 8.* 4 shards"):
-        shards.ShardDataset(urls, rank=5, world_size=8)
+        ShardDataset(urls, rank=5, world_size=8)
     with pytest.raises(ValueError, match=r"rank 1 of world size 2, worker 1 of 2 gets none of the 3 shards"):
         shards.samples(urls[:3], rank=1, world_size=2, worker=1, num_workers=2)
 
 
 def test_shuffle_is_the_spelling_and_shuffle_shards_a_deprecated_alias(shard_dir):
-    new = keys(shards.ShardDataset(spec(shard_dir), shuffle=True, seed=3))
+    new = keys(ShardDataset(spec(shard_dir), shuffle=True, seed=3))
     with pytest.warns(DeprecationWarning, match="shuffle_shards= is deprecated, use shuffle="):
-        old = keys(shards.ShardDataset(spec(shard_dir), shuffle_shards=True, seed=3))
+        old = keys(ShardDataset(spec(shard_dir), shuffle_shards=True, seed=3))
     assert new == old != ALL_KEYS
     with pytest.warns(DeprecationWarning):
         assert keys(shards.samples(spec(shard_dir), shuffle_shards=True, seed=3)) == keys(
             shards.samples(spec(shard_dir), shuffle=True, seed=3))
     with pytest.raises(TypeError, match="not both"):
-        shards.ShardDataset(spec(shard_dir), shuffle=True, shuffle_shards=True)
+        ShardDataset(spec(shard_dir), shuffle=True, shuffle_shards=True)
 
 
 def test_a_misspelled_option_fails_when_built_and_says_did_you_mean(shard_dir):
     with pytest.raises(TypeError, match="'shuffle_bufer'.*did you mean 'shuffle_buffer'"):
-        shards.ShardDataset(spec(shard_dir), shuffle_bufer=10)
+        ShardDataset(spec(shard_dir), shuffle_bufer=10)
     with pytest.raises(TypeError, match="did you mean 'resampled'"):
-        shards.ShardDataset(spec(shard_dir), resample=True)
+        ShardDataset(spec(shard_dir), resample=True)
     with pytest.raises(TypeError, match="did you mean 'shuffle'"):
         shards.samples(spec(shard_dir), shufle=True)
     with pytest.raises(TypeError, match="did you mean 'require_end_blocks'"):
@@ -112,7 +112,7 @@ def test_rank_from_environment(shard_dir, monkeypatch):
 
 
 def test_dataset_epochs_decode_len_and_buffer(shard_dir):
-    ds = shards.ShardDataset(spec(shard_dir), epochs=2, sizes=PER_SHARD, decode="rgb8", shuffle=True,
+    ds = ShardDataset(spec(shard_dir), epochs=2, sizes=PER_SHARD, decode="rgb8", shuffle=True,
                              shuffle_buffer=7, seed=3)
     assert len(ds) == 2 * NSHARDS * PER_SHARD
     got = list(ds)
@@ -122,27 +122,27 @@ def test_dataset_epochs_decode_len_and_buffer(shard_dir):
     assert got[0]["png"].shape == (8, 8, 3) and isinstance(got[0]["cls"], int)
     ds.set_epoch(0)
     assert keys(ds) == keys(got)  # same seed, same epochs → same order
-    assert len(shards.ShardDataset(spec(shard_dir), sizes=[1, 2, 3, 4, 5, 6], rank=1, world_size=2)) == 2 + 4 + 6
+    assert len(ShardDataset(spec(shard_dir), sizes=[1, 2, 3, 4, 5, 6], rank=1, world_size=2)) == 2 + 4 + 6
     with pytest.raises(TypeError):
-        len(shards.ShardDataset(spec(shard_dir)))
+        len(ShardDataset(spec(shard_dir)))
     with pytest.raises(ValueError):
-        shards.ShardDataset(spec(shard_dir), sizes=[1, 2])
+        ShardDataset(spec(shard_dir), sizes=[1, 2])
 
 
 def test_resampled_forever(shard_dir):
-    ds = shards.ShardDataset(spec(shard_dir), resampled=True, epochs=None, seed=9)
+    ds = ShardDataset(spec(shard_dir), resampled=True, epochs=None, seed=9)
     got = keys(itertools.islice(iter(ds), 200))
     assert len(got) == 200 and set(got) <= set(ALL_KEYS)
-    assert keys(itertools.islice(iter(shards.ShardDataset(spec(shard_dir), resampled=True, epochs=None,
+    assert keys(itertools.islice(iter(ShardDataset(spec(shard_dir), resampled=True, epochs=None,
                                                           seed=9)), 200)) == got
-    per_epoch = shards.ShardDataset(spec(shard_dir), resampled=True, sizes=PER_SHARD)
+    per_epoch = ShardDataset(spec(shard_dir), resampled=True, sizes=PER_SHARD)
     assert len(list(per_epoch)) == len(per_epoch) == NSHARDS * PER_SHARD
 
 
 @pytest.mark.parametrize("buffer", [0, 6])
 def test_resume_yields_exactly_the_unseen_samples(shard_dir, buffer):
     def make():
-        return shards.ShardDataset(spec(shard_dir), shuffle=True, shuffle_buffer=buffer, seed=4, epochs=2)
+        return ShardDataset(spec(shard_dir), shuffle=True, shuffle_buffer=buffer, seed=4, epochs=2)
 
     full = keys(make())
     for stop in (1, 7, 13, 30, 41):
@@ -174,7 +174,7 @@ def test_bad_shards_raise_or_are_counted(shard_dir, tmp_path):
     assert info.value.url == truncated
     with pytest.raises(OpenError, match="missing.tar"):
         list(shards.samples([good, missing]))
-    ds = shards.ShardDataset([good, truncated, missing, good], handler=shards.ignore_and_continue)
+    ds = ShardDataset([good, truncated, missing, good], handler=shards.ignore_and_continue)
     got = keys(ds)
     assert got == ALL_KEYS[:5] + ["s1-0"] + ALL_KEYS[:5]
     assert ds.skipped.as_dict() == {"samples": 0, "shards": 2}
@@ -192,8 +192,8 @@ def test_decode_errors_follow_the_handler(tmp_path):
                                                                                                   np.uint8)})["jpg"],
                       "cls": 2})
     with pytest.raises(SampleError, match="a.jpg"):
-        list(shards.ShardDataset(str(tmp_path / "bad.tar"), decode="rgb8"))
-    ds = shards.ShardDataset(str(tmp_path / "bad.tar"), decode="rgb8", handler=shards.ignore_and_continue)
+        list(ShardDataset(str(tmp_path / "bad.tar"), decode="rgb8"))
+    ds = ShardDataset(str(tmp_path / "bad.tar"), decode="rgb8", handler=shards.ignore_and_continue)
     assert keys(ds) == ["b"] and ds.skipped.samples == 1
 
 
@@ -248,7 +248,7 @@ def test_read_from_pipe(shard_dir):
 @pytest.mark.procs
 def test_torch_dataloader_workers_share_the_shards(shard_dir):
     torch_data = pytest.importorskip("torch.utils.data")
-    dataset = shards.ShardDataset(spec(shard_dir), shuffle=True, seed=2, rank=0, world_size=1).as_torch()
+    dataset = ShardDataset(spec(shard_dir), shuffle=True, seed=2, rank=0, world_size=1).as_torch()
     loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60,
                                    collate_fn=lambda sample: sample["__key__"])
     got = list(loader)

@@ -18,13 +18,7 @@ from hypothesis import strategies as st
 
 from tensorcom.errors import OpenError, SampleError, TarFormatError
 from tensorcom.shards import _tarscan as tarscan
-from tensorcom.shards._tarstream import (
-    buffered,
-    group_samples,
-    shard_samples,
-    split_name,
-    tar_members,
-)
+from tensorcom.shards._tarstream import buffered, group_samples, shard_samples, split_name, tar_members
 from tensorcom.shards.handlers import SkipCounts, ignore_and_continue, warn_and_continue
 
 pytestmark = pytest.mark.usefixtures("tar_scanner")  # every test: C scanner, then pure Python

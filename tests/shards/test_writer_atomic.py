@@ -9,7 +9,6 @@ import random
 import select
 import signal
 import subprocess
-import sys
 import tarfile
 import threading
 import time

@@ -9,14 +9,7 @@ import pytest
 import zmq
 
 from tensorcom import tenbin
-from tensorcom.errors import (
-    DecodeError,
-    EncodeError,
-    MessageTooLarge,
-    RecvTimeout,
-    TransportError,
-    URLError,
-)
+from tensorcom.errors import DecodeError, EncodeError, MessageTooLarge, RecvTimeout, TransportError, URLError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.connection import Connection
 

@@ -185,8 +185,6 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_source(args: argparse.Namespace, **kwargs) -> Connection:
     """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
-    from tensorcom.transport.connection import (
-        Connection,  # only the receiving tools need ZeroMQ
-    )
+    from tensorcom.transport.connection import Connection  # only the receiving tools need ZeroMQ
 
     return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)

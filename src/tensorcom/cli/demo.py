@@ -12,14 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from tensorcom.cli.common import (
-    Parser,
-    entry_point,
-    fraction,
-    nonnegative_int,
-    positive_int,
-    seconds,
-)
+from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int, seconds
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,13 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from tensorcom.cli.common import (
-    Parser,
-    add_shuffle_arguments,
-    entry_point,
-    nonnegative_int,
-    positive_int,
-)
+from tensorcom.cli.common import Parser, add_shuffle_arguments, entry_point, nonnegative_int, positive_int
 from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
 
 

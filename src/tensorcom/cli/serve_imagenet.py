@@ -25,14 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tensorcom.cli.common import (
-    Parser,
-    add_shuffle_arguments,
-    entry_point,
-    fraction,
-    nonnegative_int,
-    positive_int,
-)
+from tensorcom.cli.common import Parser, add_shuffle_arguments, entry_point, fraction, nonnegative_int, positive_int
 from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
 
 

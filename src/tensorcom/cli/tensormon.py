@@ -12,14 +12,7 @@ import json
 import sys
 import time
 
-from tensorcom.cli.common import (
-    Parser,
-    add_source_arguments,
-    entry_point,
-    open_source,
-    positive_int,
-    seconds,
-)
+from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int, seconds
 from tensorcom.transport.connection import Connection
 
 

@@ -12,13 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from tensorcom.cli.common import (
-    Parser,
-    add_source_arguments,
-    entry_point,
-    open_source,
-    positive_int,
-)
+from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int
 
 
 @entry_point

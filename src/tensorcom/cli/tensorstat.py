@@ -14,13 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.cli.common import (
-    Parser,
-    add_source_arguments,
-    entry_point,
-    open_source,
-    positive_int,
-)
+from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int
 
 
 class FieldStats:

@@ -38,12 +38,7 @@ from tensorcom.images.augment import (
     train_transform,
 )
 from tensorcom.images.codec import MODES, decode, image_size
-from tensorcom.images.folder import (
-    IMG_EXTENSIONS,
-    ImageFolder,
-    ImageFolderSource,
-    image_folder_root,
-)
+from tensorcom.images.folder import IMG_EXTENSIONS, ImageFolder, ImageFolderSource, image_folder_root
 from tensorcom.images.imagenet import dir_pipeline, shards_pipeline
 from tensorcom.images.resample import BACKENDS, init_worker
 

@@ -16,13 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tensorcom.errors import OpenError
-from tensorcom.pipeline.sources import (
-    Source,
-    epoch_share,
-    field_name,
-    read_bytes,
-    share_length,
-)
+from tensorcom.pipeline.sources import Source, epoch_share, field_name, read_bytes, share_length
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 

@@ -14,14 +14,8 @@ from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._shard_dataset import ShardDataset
 from tensorcom.pipeline.serving import serve
-from tensorcom.pipeline.sources import (
-                  FetchSource,
-                  IterableSource,
-                  PathSource,
-                  ShardSource,
-                  Source,
-)
+from tensorcom.pipeline.sources import FetchSource, IterableSource, PathSource, ShardSource, Source
 from tensorcom.pipeline.workers import WorkerPool, parallel_map, prefetching
 
-__all__ = sorted(["FetchSource", "IterableSource", "Node", "PathSource", "Pipeline", "ShardDataset", "ShardSource",
-                  "Source", "WorkerPool", "parallel_map", "prefetching", "serve"])
+__all__ = ["FetchSource", "IterableSource", "Node", "PathSource", "Pipeline", "ShardDataset", "ShardSource",
+           "Source", "WorkerPool", "parallel_map", "prefetching", "serve"]

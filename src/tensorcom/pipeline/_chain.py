@@ -15,25 +15,11 @@ import math
 from typing import Any, Callable, Iterator
 
 from tensorcom.pipeline._node import Node, State, with_states
-from tensorcom.pipeline._pooled import (
-    MapPlan,
-    Parallel,
-    Prefetched,
-    Tagged,
-    WorkerMapped,
-)
+from tensorcom.pipeline._pooled import MapPlan, Parallel, Prefetched, Tagged, WorkerMapped
 from tensorcom.pipeline._shares import shard_parallel
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced, sliced_length
-from tensorcom.pipeline.stages import (
-    Batched,
-    FieldSelector,
-    FieldTuple,
-    Filtered,
-    Mapped,
-    Repeated,
-    Unbatched,
-)
+from tensorcom.pipeline.stages import Batched, FieldSelector, FieldTuple, Filtered, Mapped, Repeated, Unbatched
 from tensorcom.pipeline.workers import WorkerPool
 
 CUTS = ("repeat", "parallel")

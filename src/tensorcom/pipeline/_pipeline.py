@@ -44,13 +44,7 @@ from typing import Any, Callable, Iterator
 
 from tensorcom.pipeline import stages
 from tensorcom.pipeline._chain import build_chain, chain_length
-from tensorcom.pipeline._fieldstages import (
-    DictMapper,
-    Renamer,
-    SampleDecoder,
-    TupleMapper,
-    kept,
-)
+from tensorcom.pipeline._fieldstages import DictMapper, Renamer, SampleDecoder, TupleMapper, kept
 from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
 from tensorcom.pipeline.sources import IterableSource, Source

@@ -29,12 +29,7 @@ from tensorcom.pipeline._pooled import MapPlan, WorkerMapped
 from tensorcom.pipeline.stages import striding
 from tensorcom.shards import OPEN_OPTIONS, ShardReader, SkipCounts
 from tensorcom.shards._options import near_misses, renamed_option
-from tensorcom.shards.shardlist import (
-    epoch_shards,
-    expand_urls,
-    node_and_world,
-    split_shards,
-)
+from tensorcom.shards.shardlist import epoch_shards, expand_urls, node_and_world, split_shards
 
 
 class Source:

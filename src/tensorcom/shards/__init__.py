@@ -5,42 +5,28 @@
     decode_sample / encode_sample / to_tuple    fields by extension (see tensorcom.shards.fields)
     TarWriter / ShardWriter     writers (see tensorcom.shards.writers)
     reraise_exception / warn_and_continue / ignore_and_continue   bad-data policies for handler=
-    ShardDataset                the pipeline shortcut for shards (lives in tensorcom.pipeline, the layer
-                                that builds pipelines; reachable here for its users)
 
-URL specs are described in tensorcom.shards.shardlist, opening in tensorcom.shards.gopen, parsing in tensorcom.shards._tarstream.
+The dataset shortcut over shards (shuffling, splitting, decoding, epochs, len, resume) builds a
+Pipeline, so it lives in the pipeline layer: `tensorcom.ShardDataset` (= tensorcom.pipeline.ShardDataset).
+
+URL specs are described in tensorcom.shards.shardlist, opening in tensorcom.shards.gopen, parsing
+in tensorcom.shards._tarstream.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Sequence
 
 from tensorcom.shards._options import near_misses, renamed_option
 from tensorcom.shards._pick import find_field, pick_field
 from tensorcom.shards._reading import OPEN_OPTIONS, ShardReader
-from tensorcom.shards.fields import (
-    decode_image,
-    decode_sample,
-    encode_sample,
-)
-from tensorcom.shards.handlers import (
-    Handler,
-    SkipCounts,
-    ignore_and_continue,
-    reraise_exception,
-    warn_and_continue,
-)
-from tensorcom.shards.shardlist import (
-    epoch_shards,
-    expand_urls,
-    node_and_world,
-    worker_and_count,
-)
+from tensorcom.shards.fields import decode_image, decode_sample, encode_sample
+from tensorcom.shards.handlers import Handler, SkipCounts, ignore_and_continue, reraise_exception, warn_and_continue
+from tensorcom.shards.shardlist import epoch_shards, expand_urls, node_and_world, worker_and_count
 from tensorcom.shards.writers import ShardWriter, TarWriter
 
 __all__ = [
-    "ShardDataset", "ShardReader", "ShardWriter", "SkipCounts", "TarWriter", "decode_image", "decode_sample",
+    "ShardReader", "ShardWriter", "SkipCounts", "TarWriter", "decode_image", "decode_sample",
     "encode_sample", "expand_urls", "find_field", "ignore_and_continue", "pick_field", "reraise_exception",
     "samples", "to_tuple", "warn_and_continue",
 ]
@@ -84,8 +70,3 @@ def to_tuple(sample: dict[str, Any], *fields: str) -> tuple:
     return tuple(pick_field(sample, field) for field in fields)
 
 
-def __getattr__(name: str) -> Any:
-    """`ShardDataset`, from the pipeline layer that builds it, on first use (kept here for its users)."""
-    if name == "ShardDataset":
-        return importlib.import_module("tensorcom.pipeline").ShardDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

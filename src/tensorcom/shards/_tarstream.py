@@ -22,16 +22,7 @@ import zlib
 from typing import IO, Any, Iterable, Iterator
 
 from tensorcom.errors import OpenError, SampleError, ShardError, TarFormatError
-from tensorcom.shards._tarscan import (
-    BLOCK,
-    META,
-    REGULAR,
-    Keyed,
-    Window,
-    header_name,
-    keyed,
-    scanner,
-)
+from tensorcom.shards._tarscan import BLOCK, META, REGULAR, Keyed, Window, header_name, keyed, scanner
 from tensorcom.shards._tarscan import split_name as split_name  # public here, as before
 from tensorcom.shards.gopen import DEFAULT_BUFSIZE, gopen
 from tensorcom.shards.handlers import Handler, SkipCounts, handle

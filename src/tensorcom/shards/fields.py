@@ -25,12 +25,7 @@ from typing import Any
 import numpy as np
 
 from tensorcom.errors import SampleError
-from tensorcom.shards.imagecodec import (
-    IMAGE_MODES,
-    decode_image,
-    encode_image,
-    image_mode,
-)
+from tensorcom.shards.imagecodec import IMAGE_MODES, decode_image, encode_image, image_mode
 
 __all__ = [  # decode_image, encode_image and IMAGE_MODES are tensorcom.shards.imagecodec's, for callers here
     "DECODERS", "ENCODERS", "IMAGE_EXTS", "IMAGE_MODES", "Decoder", "ExtensionHandler", "ImageHandler",

@@ -32,8 +32,8 @@ import tarfile
 from typing import IO, Any, Callable
 
 from tensorcom.errors import OpenError, ShardError
-from tensorcom.shards.fields import encode_field
 from tensorcom.shards._destinations import Destination, open_destination
+from tensorcom.shards.fields import encode_field
 
 _GZ_SUFFIXES = (".tgz", ".tar.gz", ".gz")
 

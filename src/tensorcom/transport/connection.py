@@ -33,13 +33,7 @@ from typing import Any, Iterable, Iterator
 from tensorcom import settings, urls, wire
 from tensorcom.errors import DecodeError, TransportError
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport.batches import (
-    batch_size,
-    listify,
-    prepare_batch,
-    resolve_converters,
-    transform_with,
-)
+from tensorcom.transport.batches import batch_size, listify, prepare_batch, resolve_converters, transform_with
 from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
 from tensorcom.transport.resume import Consumption, save_state
 from tensorcom.transport.stats import SequenceTracker, Statistics
