@@ -158,3 +158,27 @@ def _pipeline_states(state):
     if isinstance(state, (list, tuple)):
         return [s for v in state for s in _pipeline_states(v)]
     return []
+
+
+def test_state_of_a_dataset_read_by_plain_dataloader_workers_warns(tmp_path):
+    """A plain DataLoader's workers hold the position: the dataset's own state_dict() says so."""
+    import warnings
+
+    from torch.utils.data import DataLoader
+
+    from tensorcom import Pipeline
+
+    pipeline = Pipeline(range(40))
+    loader = DataLoader(pipeline.as_torch(), num_workers=1, batch_size=None, multiprocessing_context="spawn",
+                        timeout=60)
+    taken = list(itertools.islice(iter(loader), 5))
+    assert taken == [0, 1, 2, 3, 4]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state = pipeline.state_dict()
+    assert state["chain"] is None
+    assert any("StatefulDataLoader" in str(w.message) for w in caught)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Pipeline(range(3)).state_dict()
+    assert not caught

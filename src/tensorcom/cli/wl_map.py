@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-import importlib.util
-import os
 import sys
 from typing import Any, Callable
 
 from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
+from tensorcom.pipeline.function_spec import load_function
 
 
 def parse(argv: list[str] | None):
@@ -59,32 +57,6 @@ def eval_expr(expr: str, sample: dict) -> Any:
     return eval(_compiled(expr), {"np": np, "json": json, "re": re, "math": math, "sample": sample})
 
 
-def load_function(spec: str) -> Callable[[dict], Any]:
-    """FUNC from "MODULE:FUNC" (an importable module) or "path/file.py:FUNC"."""
-    module_name, sep, func_name = spec.rpartition(":")
-    if not sep or not module_name or not func_name:
-        raise ValueError(f"-m wants MODULE:FUNC, got {spec!r}")
-    if module_name.endswith(".py"):
-        path = os.path.abspath(module_name)
-        name = "_wl_map_" + os.path.splitext(os.path.basename(path))[0]
-        loader_spec = importlib.util.spec_from_file_location(name, path)
-        if loader_spec is None or not os.path.exists(path):
-            raise ValueError(f"-m {spec!r}: no such file {path!r}")
-        module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
-    else:
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"-m {spec!r}: {exc}") from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise ValueError(f"-m {spec!r}: {module_name} has no function {func_name!r}")
-    return func
-
-
 def transform(sample: dict, expr: str | None, module: str | None, image: str) -> list[dict]:
     """Apply the expression or the module function to one raw sample: the list of output samples,
     already encoded to bytes by extension (so encoding runs in the workers, and its errors name the key)."""
@@ -105,7 +77,7 @@ def transform(sample: dict, expr: str | None, module: str | None, image: str) ->
 @functools.lru_cache(maxsize=8)
 def _cached_function(spec: str) -> Callable[[dict], Any]:
     """load_function, once per process."""
-    return load_function(spec)
+    return load_function(spec, "-m function")
 
 
 def results(args) -> Any:

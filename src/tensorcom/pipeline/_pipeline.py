@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -316,6 +317,11 @@ class Pipeline:
                     "chain": chain.state_dict()}
         if self._resume is not None:
             return dict(self._resume)
+        if self.__dict__.get("_handed_to_torch") and not _in_torch_worker():
+            warnings.warn("this pipeline was handed to a torch DataLoader (as_torch()) and has not been iterated "
+                          "in this process: its position lives in the loader's worker processes, so this state "
+                          "is the start of the epoch. Checkpoint with torchdata's StatefulDataLoader.state_dict() "
+                          "instead.", RuntimeWarning, stacklevel=2)
         return {"seed": self.seed, "epoch": self.epoch, "worker": self.worker, "num_workers": self.num_workers,
                 "chain": None}
 
@@ -351,8 +357,16 @@ class Pipeline:
         each DataLoader worker an unsharded pipeline takes its own share of the source."""
         from tensorcom._torch_dataset import as_iterable_dataset
 
+        self._handed_to_torch = True  # state_dict() here then warns that the position is in the workers
         return as_iterable_dataset(self)
 
     def __repr__(self) -> str:
         names = "".join(f".{s.kind}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})" for s in self.steps)
         return f"Pipeline({type(self.source).__name__}, seed={self.seed}){names}"
+
+
+def _in_torch_worker() -> bool:
+    """Whether this process is a torch DataLoader worker (torch is imported by then)."""
+    import torch.utils.data
+
+    return torch.utils.data.get_worker_info() is not None

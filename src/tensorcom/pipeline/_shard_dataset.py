@@ -142,4 +142,5 @@ class ShardDataset:
         and the loader's state_dict() holds each worker's position."""
         from tensorcom._torch_dataset import as_iterable_dataset
 
+        self.pipeline._handed_to_torch = True  # state_dict() here then warns that the position is in the workers
         return as_iterable_dataset(self)

@@ -31,7 +31,6 @@ it stops every worker before returning. Workers watch the parent and exit when i
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import multiprocessing
 import os
@@ -46,6 +45,7 @@ from tensorcom.pipeline._failure import died
 from tensorcom.pipeline._loop import join_or_kill, one_task, worker_loop
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._watch import enter_worker_process
+from tensorcom.pipeline.function_spec import load_function
 from tensorcom.pipeline.workers import check_picklable
 from tensorcom.transport.batches import batch_size
 from tensorcom.transport.resume import ResumePlan
@@ -55,41 +55,9 @@ DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages t
 
 
 def load_factory(spec: str) -> Callable[[], Pipeline]:
-    """The function named by "package.module:function" or "path/to/file.py:function"; ValueError when
-    the name does not resolve. As `python -m` does, the current directory (for a file, its directory)
-    is put on sys.path first, so spawned workers, which inherit it, import the same module."""
-    module_name, colon, name = spec.rpartition(":")
-    if not colon or not module_name or not name:
-        raise ValueError(f"a pipeline factory must be written MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
-    if module_name.endswith(".py"):
-        module_name = _module_of_file(module_name, spec)
-    elif "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in name.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load pipeline factory {spec!r}: {exc}") from exc
-    if not callable(target):
-        raise ValueError(f"pipeline factory {spec!r} is not callable")
-    return target
-
-
-def _module_of_file(path: str, spec: str) -> str:
-    """The module name under which FILE.py of `spec` is imported, its directory first on sys.path;
-    ValueError when the file is missing or another module of that name is already loaded."""
-    if not os.path.isfile(path):
-        raise ValueError(f"cannot load pipeline factory {spec!r}: no file {path!r}")
-    folder, name = os.path.split(os.path.abspath(path))
-    module_name = name[:-3]
-    loaded = getattr(sys.modules.get(module_name), "__file__", None)
-    if loaded is not None and os.path.abspath(loaded) != os.path.join(folder, name):
-        raise ValueError(f"cannot load pipeline factory {spec!r}: a module {module_name!r} from {loaded} "
-                         "is already imported; rename the file")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return module_name
+    """The pipeline factory named by "package.module:function" or "path/to/file.py:function"
+    (tensorcom.pipeline.function_spec.load_function); ValueError when it does not resolve."""
+    return load_function(spec, "pipeline factory")
 
 
 def resolve(spec: Any) -> Pipeline:
