@@ -127,12 +127,13 @@ def test_unpicklable_item_is_a_worker_error():
 
 @pytest.mark.procs
 def test_closing_early_stops_the_processes():
+    before = set(multiprocessing.active_children())  # other tests' processes are not this test's
     gen = iter(Pipeline(range(10**5)).map(slow).parallel(2))
     assert next(gen) == 0
-    started = multiprocessing.active_children()
+    started = [p for p in multiprocessing.active_children() if p not in before]
     assert len(started) >= 2
     gen.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(p.is_alive() for p in started):
         time.sleep(0.05)
     assert not any(p.is_alive() for p in started)

@@ -22,14 +22,12 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Iterator, Sequence
 
-import numpy as np
-
 from tensorcom.pipeline._node import Indexed, Node, Replayed
 from tensorcom.pipeline._pooled import MapPlan, WorkerMapped
 from tensorcom.pipeline.stages import striding
 from tensorcom.shards import OPEN_OPTIONS, ShardReader, SkipCounts
 from tensorcom.shards._options import near_misses, renamed_option
-from tensorcom.shards.shardlist import epoch_shards, expand_urls, node_and_world, split_shards
+from tensorcom.shards.shardlist import epoch_order, epoch_shards, expand_urls, node_and_world, split_shards
 
 
 class Source:
@@ -53,13 +51,6 @@ class Source:
 def share_length(total: int, worker: int, num_workers: int) -> int:
     """Size of stride `worker` of `num_workers` over `total` items."""
     return len(range(worker, total, num_workers))
-
-
-def epoch_order(count: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray | range:
-    """Indices 0..count-1, permuted by a Generator seeded with (seed, epoch) when `shuffle`."""
-    if not shuffle:
-        return range(count)
-    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(count)
 
 
 def share_order(count: int, shuffle: bool, seed: int, epoch: int, worker: int, num_workers: int) -> Sequence[int]:

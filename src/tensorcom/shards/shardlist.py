@@ -18,6 +18,7 @@ import sys
 from typing import Any, Sequence
 
 import braceexpand
+import numpy as np
 
 from tensorcom import settings
 
@@ -52,11 +53,17 @@ def epoch_rng(seed: int, epoch: int, *salt: int) -> random.Random:
     return random.Random(":".join(str(int(x)) for x in (seed, epoch, *salt)))
 
 
+def epoch_order(count: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray | range:
+    """Indices 0..count-1, permuted by a Generator seeded with (seed, epoch) when `shuffle`: the one
+    per-epoch order of shards, files and any other indexed source."""
+    if not shuffle:
+        return range(count)
+    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(count)
+
+
 def shuffle_shards(urls: Sequence[str], seed: int, epoch: int) -> list[str]:
-    """`urls` in an order that depends only on (seed, epoch)."""
-    result = list(urls)
-    epoch_rng(seed, epoch).shuffle(result)
-    return result
+    """`urls` in the `epoch_order` of (seed, epoch)."""
+    return [urls[i] for i in epoch_order(len(urls), True, seed, epoch)]
 
 
 def node_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
