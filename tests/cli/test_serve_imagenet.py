@@ -342,3 +342,46 @@ def test_tensorcom_serve_count_runs_epochs_back_to_back(user_module, popen, free
     assert len(batches) == 6  # 4 batches per epoch: one epoch and a half, then one end-of-epoch marker
     assert sorted(int(x) for b in batches[:4] for x in b[1]) == list(range(12))
     finish(proc)
+
+
+def digests(batches) -> list[str]:
+    """One digest per batch of [images, labels], sorted: the batches as a multiset."""
+    import hashlib
+
+    return sorted(hashlib.sha1(images.tobytes() + labels.tobytes()).hexdigest() for images, labels in batches)
+
+
+def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, free_port, tmp_path):
+    """serve-imagenet-dir with 2 publishers, killed after the consumer took 3 of 10 batches; restarted
+    with --resume FILE it sends the other 7: before + after is the uninterrupted epoch, no repeat."""
+    import json
+    import os
+    import signal
+
+    def command(port, *more):
+        return [*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "2", "--size", "16", "-P", "2",
+                "--seed", "5", "--epochs", "1", "-r", "0", *more, f"zpush://127.0.0.1:{port}"]
+
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start(command(port), stderr=subprocess.PIPE, text=True)
+        (whole,) = receive(conn, 1, proc)
+    finish(proc)
+    assert sum(len(labels) for _, labels in whole) == CLASSES * PER_CLASS  # 2 shares of 9: 5 batches each
+
+    port, state_path = free_port(), tmp_path / "feed.json"
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        proc = popen.start(command(port), stderr=subprocess.DEVNULL)
+        before = [conn.recv() for _ in range(3)]
+        conn.save_state(state_path)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        conn.load_state_dict(json.loads(state_path.read_text()))
+        proc = popen.start(command(port, "--resume", str(state_path)), stderr=subprocess.PIPE, text=True)
+        (after,) = receive(conn, 1, proc)
+    finish(proc)
+    assert len(after) == len(whole) - 3
+    assert digests(before + after) == digests(whole)
