@@ -17,6 +17,8 @@ URLs (brace-expanded; all binding or all connecting; sending schemes only; no in
 Every message carries its share (stream id, worker i of N) and the pipeline's epoch, so a receiver
 records what it was handed (`Connection.state_dict()`); `serve(..., resume=STATE)` serves the same
 stream from that point: worker i passes over (`fast_forward`) the batches of its share the consumer has.
+Batches go out zero-copy (`send(batch, copy=False)`): the pipeline hands each batch over and must not
+modify its arrays after yielding it.
 
 Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its share, whose values
 are its counts: messages to the parent (one multiprocessing queue) are ("item", i, (batches, samples))
@@ -150,7 +152,7 @@ def send_epochs(pipeline: Pipeline, conn: Any, epochs: int | None, first_epoch: 
         for batch in fast_forward(iter(pipeline), (skips or {}).get(epoch, 0), epoch):
             if stop.is_set():
                 return
-            conn.send(batch)
+            conn.send(batch, copy=False)  # the pipeline made it and lets it go: zero-copy, as Connection.serve
             if progress.add(batch):
                 yield progress.report()
         conn.end_epoch()

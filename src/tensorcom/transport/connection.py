@@ -2,9 +2,11 @@
 
 One Connection owns one ZeroMQ socket, bound and/or connected to every endpoint of its URL(s) (see
 `tensorcom.urls` for the grammar; all URLs of one Connection must use the same socket type). Sending
-encodes with `tensorcom.wire` (protocol 2 by default, pure tenbin v1 with `protocol=1`) and hands
-the frames to ZeroMQ without copying; receiving takes frames without copying and decodes arrays as
-views of them. Messages of both protocols are accepted without being told which.
+encodes with `tensorcom.wire` (protocol 2 by default, pure tenbin v1 with `protocol=1`); `send()`
+lets ZeroMQ copy the array data before it returns (the caller keeps its arrays), while `serve()` and
+`send(batch, copy=False)` hand the arrays' memory itself to ZeroMQ (ownership passes: zero-copy).
+Receiving takes frames without copying and decodes arrays as views of them. Messages of both
+protocols are accepted without being told which.
 
 End of an epoch, on the receiving side: a sender's `end_epoch()` / the end of its `serve()` sends an
 end-of-epoch marker carrying the sender's id, a `group` (default: none, i.e. a group of its own) and
@@ -180,30 +182,37 @@ class Connection:
 
     # ---- sending ------------------------------------------------------------------------------
 
-    def send(self, batch: Any, *, allow64: bool | None = None) -> None:
+    def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True) -> None:
         """Send one batch: a list/tuple of arrays (protocol 1 or 2) or a dict of fields (protocol 2);
-        leaves may be numpy arrays, torch tensors (sent as numpy) or plain values (protocol 2)."""
+        leaves may be numpy arrays, torch tensors (sent as numpy) or plain values (protocol 2).
+
+        With `copy` (the default) the batch's data is copied before send() returns: the caller may
+        overwrite or reuse its arrays at once, and receivers get the values of the time of the call.
+        `copy=False` passes ownership instead: ZeroMQ's I/O thread reads the arrays' memory later,
+        so the caller must not modify them afterwards (a torn or changed batch would arrive)."""
         batch = prepare_batch(batch, self.allow64 if allow64 is None else allow64)
         frames = wire.encode_batch(batch, seq=self._seq, epoch=self.epoch_number, sender=self.sender,
                                    protocol=self.protocol, infos=self.infos, share=self.share)
-        nbytes = self._send_frames(frames)
+        nbytes = self._send_frames(frames, copy=copy)
         self._seq += 1
         self.stats.add(nbytes, batch_size(batch))
 
     write = send
 
-    def _send_frames(self, frames: list, copies: int = 1) -> int:
-        """Send a message `copies` times (single-buffer form unless multipart); returns its size."""
+    def _send_frames(self, frames: list, times: int = 1, copy: bool = False) -> int:
+        """Send a message `times` times (single-buffer form unless multipart); returns its size.
+        `copy`: ZeroMQ copies the frames before the call returns (one memcpy, cheaper than copying
+        in Python); else it reads them later. The single-buffer form is a private copy already."""
         if not self.multipart:
-            frames = [wire.frames_to_buffer(frames)]
+            frames, copy = [wire.frames_to_buffer(frames)], False
         nbytes = sum(memoryview(f).nbytes for f in frames)
         topic = self.endpoints[0].topic if self.endpoints and self.endpoints[0].socket_type == "PUB" else ""
         if topic:
             frames = [topic.encode(), *frames]
         sock = self._live_socket()
         with sockets.translated(self.url, self.timeout, "send"):
-            for _ in range(copies):
-                sock.send_multipart(frames, copy=False)
+            for _ in range(times):
+                sock.send_multipart(frames, copy=copy)
         return nbytes
 
     def end_epoch(self) -> None:
@@ -213,16 +222,18 @@ class Connection:
             frames = wire.encode_end_of_epoch(seq=self._seq, epoch=self.epoch_number, sender=self.sender,
                                               group=self.group, group_size=self.group_size, share=self.share)
             push = self.endpoints and self.endpoints[0].socket_type == "PUSH"
-            self._send_frames(frames, copies=len(self.endpoints) if push else 1)
+            self._send_frames(frames, times=len(self.endpoints) if push else 1)
         self.epoch_number += 1
 
-    def serve(self, source: Iterable, *, report: int = -1) -> int:
+    def serve(self, source: Iterable, *, report: int = -1, copy: bool = False) -> int:
         """Send every batch of `source`, then an end-of-epoch marker; returns the number of batches.
+        `source` hands its batches over (zero-copy, as `send(batch, copy=False)`): it must not modify
+        a batch after yielding it; `copy=True` for a source that refills the same arrays.
         `report` > 0 prints statistics to stderr every `report` samples."""
         sent = samples = 0
         next_report = report
         for batch in source:
-            self.send(batch)
+            self.send(batch, copy=copy)
             sent += 1
             samples += self.batchsize(batch)
             if report > 0 and samples >= next_report:
