@@ -18,7 +18,11 @@ LAYERS = ["", "transport", "shards", "pipeline", "images", "adapters", "zcom", "
 
 
 def layer(module: str) -> int:
-    """Layer of a module named relative to the package: the index of its folder in LAYERS."""
+    """Layer of a module named relative to the package: the index of its folder in LAYERS. The
+    package's `__main__` (`python -m tensorcom`) is an entry point, as the console scripts are: the
+    last layer."""
+    if module == "__main__":
+        return len(LAYERS) - 1
     parts = module.split(".") if module else []
     folder = parts[0] if len(parts) > 1 or (parts and (PACKAGE / parts[0]).is_dir()) else ""
     return LAYERS.index(folder)

@@ -18,6 +18,9 @@ _classes: dict[str, type] = {}
 def _wrapper_class(name: str = "IterableWrapper") -> type:
     """The IterableDataset subclasses ("IterableWrapper", "StatefulWrapper"), defined once on first use."""
     if not _classes:
+        from tensorcom.extras import require
+
+        require("torch")  # MissingDependency names the extra without it
         import torch.utils.data
 
         class IterableWrapper(torch.utils.data.IterableDataset):

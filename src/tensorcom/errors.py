@@ -12,8 +12,9 @@
     │   ├── OpenError                     the URL could not be opened (missing file, HTTP status, S3 denied, pipe exit)
     │   ├── TarFormatError                truncated archive, bad header checksum, corrupt gzip
     │   └── SampleError                   a bad sample: repeated extension, undecodable field
-    └── WorkerError (RuntimeError)        a pipeline worker raised; carries its traceback text and the sample key
-        └── WorkerDied                    a worker process ended without saying why (signal, os._exit)
+    ├── WorkerError (RuntimeError)        a pipeline worker raised; carries its traceback text and the sample key
+    │   └── WorkerDied                    a worker process ended without saying why (signal, os._exit)
+    └── MissingDependency (ImportError)   an optional dependency is not installed; names the extra to install
 
 Catch `TensorcomError` for everything; the builtin bases let callers that only know
 `ValueError` / `OSError` / `TimeoutError` keep working.
@@ -104,3 +105,13 @@ class WorkerError(TensorcomError, RuntimeError):
 
 class WorkerDied(WorkerError):
     """A worker process ended without reporting an exception (killed by a signal, os._exit)."""
+
+
+class MissingDependency(TensorcomError, ImportError):
+    """An optional dependency that is not installed: `module` is its import name, `extra` the
+    `tensorcom[extra]` that installs it."""
+
+    def __init__(self, message: str, module: str, extra: str):
+        super().__init__(message, name=module)
+        self.module = module
+        self.extra = extra

@@ -15,9 +15,14 @@ from tensorcom.transport.connection import Connection
 with Connection(sys.argv[1]) as conn:
     images = np.arange(8 * 16 * 16 * 3, dtype=np.uint32).reshape(8, 16, 16, 3) % 256
     batch = {"images": images.astype(np.uint8), "labels": np.arange(8, dtype=np.int32)}
+    if sys.argv[2] == "keyed":  # keys and a non-image array first, float NCHW images, class names
+        batch = {"__key__": [f"s{i}" for i in range(8)], "mean": np.zeros((8, 3), np.float32),
+                 "cls": np.arange(8, dtype=np.int32) % 2,
+                 "image": (images.transpose(0, 3, 1, 2) / 255.0).astype(np.float32),
+                 "__classes__": ["cat", "dog"]}
     deadline = time.time() + 60
     while time.time() < deadline:
-        conn.send(batch if sys.argv[2] == "dict" else list(batch.values()))
+        conn.send(list(batch.values()) if sys.argv[2] == "list" else batch)
         time.sleep(0.005)
 """
 
@@ -34,7 +39,7 @@ def run(name, *args, timeout=60):
 
 @pytest.fixture
 def publisher(popen, free_port):
-    """Start a process publishing batches on a fresh port; call with "list" or "dict"; returns the URL."""
+    """Start a process publishing batches on a fresh port; call with "list", "dict" or "keyed"; returns the URL."""
 
     def start(form="list"):
         port = free_port()
@@ -81,6 +86,24 @@ def test_tensorshow_writes_a_grid(publisher, tmp_path):
     assert out.returncode == 0, out.stderr
     with Image.open(path2) as image:
         assert image.size == (2 * 34, 2 * 32)
+
+
+def test_tensorshow_picks_the_image_field_and_class_names(publisher, tmp_path):
+    from PIL import Image
+
+    url = publisher("keyed")
+    path = tmp_path / "grid.png"
+    out = run("tensorshow", url, "-o", str(path), "--timeout", "30")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("images from field 'image', titles from 'cls' (class names from __classes__)")
+    with Image.open(path) as image:
+        assert image.size == (3 * 18, 3 * (16 + 14 + 2))
+    names = tmp_path / "classes.txt"
+    names.write_text("zero\none\n")
+    out = run("tensorshow", url, "-o", str(path), "--classes", str(names), "--fields", "image,cls", "--timeout", "30")
+    assert out.returncode == 0 and out.stdout.strip().endswith("(class names from --classes)"), out.stderr
+    out = run("tensorshow", publisher(), "-o", str(path), "--timeout", "30")  # a list batch: field 0, labels 1
+    assert out.returncode == 0 and out.stdout.strip().endswith("images from field '0', titles from '1'"), out.stderr
 
 
 @pytest.mark.parametrize("name", ["tensormon", "tensorstat", "tensorshow"])

@@ -51,8 +51,8 @@ def test_demo_trains_to_90_percent(cache):
     result = run_demo(cache)
     assert result.returncode == 0, result.stdout + result.stderr
     assert accuracy(result.stdout) >= 90
-    assert re.search(r"^  serve-imagenet-dir -d \S+ -b 32 --size 64 .*zpush://127\.0\.0\.1:\d+$", result.stdout, re.M)
-    assert re.search(r"^  tensormon zpull://127\.0\.0\.1:\d+", result.stdout, re.M)
+    assert re.search(r"^  \./run serve-imagenet-dir -d \S+ -b 32 --size 64 .*zpush://127\.0\.0\.1:\d+$", result.stdout, re.M)
+    assert re.search(r"^  \./run tensormon zpull://127\.0\.0\.1:\d+", result.stdout, re.M)
     assert re.search(r"^epoch 2/2: 2000 images in [\d.]+ s \(\d+ img/s\)", result.stdout, re.M)
     expected = "torch" if torch_available() else "numpy"
     assert f"training a {expected} classifier" in result.stdout

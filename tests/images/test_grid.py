@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorcom.images.grid import pick, render, to_uint8_images
+from tensorcom.images.grid import choose, pick, render, title, to_uint8_images
 
 
 def test_layouts_and_scaling():
@@ -32,3 +32,17 @@ def test_render_modes():
     assert grid.size == (2 * 10, 2 * (8 + 14 + 2))
     side = render({"in": images, "out": images}, "img2img", ["in", "out"], limit=1)
     assert side.size == (18, 8 + 14 + 2)
+
+
+def test_choose_defaults_and_class_names():
+    images = np.zeros((4, 3, 8, 8), np.float32)
+    batch = {"__key__": ["a", "b", "c", "d"], "box": np.zeros((4, 4), np.float32), "cls": np.array([0, 1, 1, 5]),
+             "jpg": images, "names": ["cat", "dog"]}
+    choice = choose(batch, "imgclass", [])
+    assert (choice.images, choice.second, choice.names_from) == ("jpg", "cls", "names")
+    assert [title(v, choice.names) for v in batch["cls"]] == ["cat", "dog", "dog", "5"]
+    assert choose(batch, "imgclass", [], classes=["x", "y"]).names == ["x", "y"]
+    assert choose({"a": images, "b": images}, "img2img", []).second == "b"
+    assert choose([images], "imgclass", []).names is None
+    with pytest.raises(ValueError, match="no field holds a batch of images"):
+        choose({"__key__": ["a"], "cls": np.array([1])}, "imgclass", [])

@@ -6,9 +6,10 @@ argparse types, `--shuffle/--no-shuffle`, and the URL… / --timeout arguments o
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tensorcom.errors import TensorcomError
 
@@ -19,11 +20,19 @@ EXIT_USAGE = 2
 DEFAULT_SOURCE_URL = "zsub://127.0.0.1:7880"
 
 
-def fail(message: str, status: int = EXIT_USAGE) -> None:
-    """Print `message` as one line on stderr, prefixed with the program name, and exit with `status`."""
-    prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "tensorcom"
+def fail(message: str, status: int = EXIT_USAGE, prog: str | None = None) -> None:
+    """Print `message` as one line on stderr, prefixed with `prog` (default: the program's name), and
+    exit with `status`."""
+    if prog is None:
+        prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "tensorcom"
     print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
     raise SystemExit(status)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean 'X'?)` for the choice closest to `word` (difflib), or "" when none is close."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def entry_point(main: Callable[..., int | None]) -> Callable[..., int | None]:
@@ -51,12 +60,25 @@ class Parser(argparse.ArgumentParser):
     -w 2 URL`; `wl-dump -f jpg cls URL -o DIR`, where the list option gives back the URL it swallowed)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        fail(f"{message} (see {self.prog} --help)")
+        fail(f"{message} (see {self.prog} --help)", prog=self.prog)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
-        """parse_intermixed_args over `args` (default sys.argv[1:]) after `positionals_first`."""
+        """parse_intermixed_args over `args` (default sys.argv[1:]) after `positionals_first`; an
+        unknown option close to a known one is named in the error ("did you mean")."""
         argv = sys.argv[1:] if args is None else list(args)
-        return self.parse_intermixed_args(positionals_first(self, argv), namespace)
+        parsed, extras = self.parse_known_intermixed_args(positionals_first(self, argv), namespace)
+        if extras:
+            options = [s for s in self._option_string_actions if s.startswith("--")]
+            hint = did_you_mean(extras[0].split("=", 1)[0], options) if _is_option(extras[0]) else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        """argparse's choice check, with the closest choice named ("did you mean")."""
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            hint = did_you_mean(str(value), map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices}){hint}")
 
 
 def positionals_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:

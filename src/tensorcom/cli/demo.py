@@ -13,6 +13,7 @@ import argparse
 import functools
 
 from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int, seconds
+from tensorcom.extras import require
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from tensorcom.demo.run import DemoConfig, run_demo
 
     args = build_parser().parse_args(argv)
+    require("PIL")  # the dataset's images are made and decoded with Pillow
     config = DemoConfig(epochs=args.epochs, batch_size=args.batch_size, workers=args.workers, seed=args.seed,
                         size=args.size, data=args.data, backend="numpy" if args.no_torch else "auto",
                         timeout=args.timeout)

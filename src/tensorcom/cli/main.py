@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from tensorcom.cli.common import did_you_mean, fail
+
 # subcommand -> (module, function, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("tensorcom.cli.demo", "main", "make a small dataset, serve it on loopback, train on it"),
@@ -24,11 +26,15 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int | None:
-    """Dispatch argv[0] to its subcommand's main with the remaining arguments."""
+    """Dispatch argv[0] to its subcommand's main with the remaining arguments; a missing or unknown
+    subcommand is one stderr line (with the closest name) and exit status 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    names = [*SUBCOMMANDS, "version"]
+    if not argv:
+        fail(f"missing SUBCOMMAND, one of {', '.join(names)} (see tensorcom --help)", prog="tensorcom")
+    if argv[0] in ("-h", "--help", "help"):
         print(usage())
-        return 0 if argv else 2
+        return 0
     name, rest = argv[0], argv[1:]
     if name in ("version", "--version"):
         from tensorcom import __version__
@@ -36,8 +42,7 @@ def main(argv: list[str] | None = None) -> int | None:
         print(__version__)
         return 0
     if name not in SUBCOMMANDS:
-        print(f"tensorcom: error: unknown subcommand {name!r}\n{usage()}", file=sys.stderr)
-        return 2
+        fail(f"unknown subcommand {name!r}{did_you_mean(name, names)} (see tensorcom --help)", prog="tensorcom")
     module_name, function, _ = SUBCOMMANDS[name]
     sys.argv = [f"tensorcom {name}", *rest]
     return getattr(importlib.import_module(module_name), function)(rest)

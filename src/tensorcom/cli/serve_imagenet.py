@@ -26,6 +26,7 @@ import argparse
 import sys
 
 from tensorcom.cli.common import Parser, add_shuffle_arguments, entry_point, fraction, nonnegative_int, positive_int
+from tensorcom.extras import require
 from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
 
 
@@ -100,6 +101,7 @@ def main_dir(argv: list[str] | None = None) -> int:
     from tensorcom.images.imagenet import dataset_root, dir_pipeline
 
     args = dir_parser().parse_args(argv)
+    require("PIL")
     return serve_args(args, dir_pipeline(dataset_root(args.dir), **pipeline_options(args)))
 
 
@@ -109,6 +111,7 @@ def main_shards(argv: list[str] | None = None) -> int:
     from tensorcom.images.imagenet import shards_pipeline
 
     args = shards_parser().parse_args(argv)
+    require("PIL")
     return serve_args(args, shards_pipeline(args.url, shuffle_buffer=args.shuffle_buffer, **pipeline_options(args)))
 
 

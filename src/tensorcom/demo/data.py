@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorcom import settings
+from tensorcom.extras import require
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond", "hbar", "vbar", "x", "star")
 COLOURS = {  # (R, G, B): far apart in hue and brightness
@@ -101,6 +102,7 @@ def _draw(draw, kind: str, cx: float, cy: float, r: float, colour: tuple[int, in
 
 def render(label: int, size: int, rng: np.random.Generator) -> bytes:
     """One JPEG of class `label` (index into the unsorted shape/colour lists) at size x size."""
+    require("PIL")
     from PIL import Image, ImageDraw
 
     background = rng.integers(10, 60) + rng.integers(-8, 9, 3)  # dark, nearly gray

@@ -46,11 +46,12 @@ def server_arguments(*, train_dir: str, url: str, batch_size: int, size: int, ep
 
 
 def manual_commands(arguments: list[str], port: int) -> str:
-    """The commands a user would type to do by hand what the demo does."""
-    server = shlex.join(["serve-imagenet-dir", *arguments])
-    monitor = shlex.join(["tensormon", f"zpull://127.0.0.1:{port}"])
-    return (f"the same by hand, in two shells (a training job reads the URL that tensormon watches):\n"
-            f"  {server}\n  {monitor}")
+    """The commands a user would type to do by hand what the demo does, in the README's `./run NAME`
+    form (which works from the project folder without activating .venv)."""
+    server = shlex.join(["./run", "serve-imagenet-dir", *arguments])
+    monitor = shlex.join(["./run", "tensormon", f"zpull://127.0.0.1:{port}"])
+    return (f"the same by hand, in two shells in the project folder (a training job reads the URL that "
+            f"tensormon watches; with .venv activated, leave out ./run):\n  {server}\n  {monitor}")
 
 
 @contextlib.contextmanager

@@ -199,7 +199,9 @@ class TorchTrainer:
     backend = "torch"
 
     def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None, threads: int | None = 1):
-        import torch
+        from tensorcom.extras import require
+
+        torch = require("torch")
 
         if threads:
             torch.set_num_threads(threads)

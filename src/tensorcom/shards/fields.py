@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.errors import SampleError
+from tensorcom.errors import MissingDependency, SampleError
 from tensorcom.shards.imagecodec import IMAGE_MODES, decode_image, encode_image, image_mode
 
 __all__ = [  # decode_image, encode_image and IMAGE_MODES are tensorcom.shards.imagecodec's, for callers here
@@ -182,6 +182,8 @@ class Decoder:
                 continue
             try:
                 result[name] = self.decode_field(name, value)
+            except MissingDependency:
+                raise  # a missing Pillow (say) is not bad data: no handler may skip it
             except Exception as exn:
                 key = sample.get("__key__")
                 raise SampleError(f"cannot decode field {name!r}: {type(exn).__name__}: {exn}",

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tensorcom.errors import SampleError
+from tensorcom.extras import require
 
 # mode -> (kind of result, PIL mode)
 IMAGE_MODES: dict[str, tuple[str, str]] = {
@@ -42,10 +43,8 @@ _JPEG_MAGIC = b"\xff\xd8"
 
 
 def _pil():
-    """Pillow's Image module, imported on first use."""
-    from PIL import Image
-
-    return Image
+    """Pillow's Image module, imported on first use (MissingDependency names the extra without it)."""
+    return require("PIL.Image")
 
 
 def _simplejpeg():
@@ -86,8 +85,9 @@ def image_size(data: bytes) -> tuple[int, int]:
     header = jpeg_header(data)
     if header is not None:
         return header[0], header[1]
+    Image = _pil()  # outside the try: a missing Pillow is not bad data
     try:
-        with _pil().open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data)) as im:
             return im.size
     except Exception as exc:  # Pillow raises many types for bad data
         raise _fail(data, exc, "read image header") from exc
@@ -119,8 +119,9 @@ def _sj_decode(data: bytes, size: tuple[int, int], scale: float, gray: bool) -> 
 
 def pil_open(data: bytes, scale: float, pil_mode: str) -> Any:
     """Decode with Pillow (JPEG draft-scaled to about `scale`) into a loaded PIL image of `pil_mode`."""
+    Image = _pil()  # outside the try: a missing Pillow is not bad data
     try:
-        im = _pil().open(io.BytesIO(data))
+        im = Image.open(io.BytesIO(data))
         if scale < 1.0 and im.format == "JPEG":
             w, h = im.size
             im.draft(pil_mode if pil_mode in ("RGB", "L") else None,
