@@ -53,3 +53,18 @@ def tar_accelerator() -> bool:
     """Whether the tar reader may use its C scanner (tensorcom.shards._ctarscan, when built): False when
     $TENSORCOM_PURE_PYTHON is 1/true/yes (then the pure-Python scanner reads the same way)."""
     return os.environ.get("TENSORCOM_PURE_PYTHON", "").strip().lower() not in ("1", "true", "yes")
+
+
+def progress_interval() -> float:
+    """Seconds between the plain progress lines of long commands when stderr is not a terminal:
+    $TENSORCOM_PROGRESS_INTERVAL, else 10."""
+    text = os.environ.get("TENSORCOM_PROGRESS_INTERVAL")
+    if text is None:
+        return 10.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"$TENSORCOM_PROGRESS_INTERVAL must be a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"$TENSORCOM_PROGRESS_INTERVAL must be positive, got {text!r}")
+    return value

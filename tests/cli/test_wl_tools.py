@@ -511,3 +511,21 @@ def test_truncated_shard_is_reported_unless_end_blocks_are_waived(popen, data, t
     result = run(popen, "wl-extract", "--no-end-blocks", str(cut), "-f", "__key__")
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().split() == [s["__key__"] for s in raw[:PER_SHARD]]
+
+
+@pytest.mark.parametrize("tool, argv", [("wl_map", ["-e", "sample"]), ("wl_xargs", ["-c", "true"])])
+def test_progress_lines_on_a_plain_stderr_and_none_with_quiet(data, tmp_path, monkeypatch, capsys, tool, argv):
+    """stderr is not a terminal here: plain lines every $TENSORCOM_PROGRESS_INTERVAL seconds, none with -q."""
+    import importlib
+
+    main = importlib.import_module(f"tensorcom.cli.{tool}").main
+    prog = tool.replace("_", "-")
+    url, _ = data
+    monkeypatch.setenv("TENSORCOM_PROGRESS_INTERVAL", "0.000001")
+    assert main([url, *argv, "-o", str(tmp_path / "a-%04d.tar"), "--maxcount", "5"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    progress = [line for line in lines if line.startswith(f"{prog}: ") and "samples/s" in line]
+    assert progress and progress[-1].startswith(f"{prog}: {NSAMPLES} samples, 3 shards, "), lines
+    assert lines[-1] == f"{prog}: {NSAMPLES} samples out"
+    assert main([url, *argv, "-o", str(tmp_path / "b-%04d.tar"), "--quiet"]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"{prog}: {NSAMPLES} samples out"]

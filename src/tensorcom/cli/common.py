@@ -154,6 +154,11 @@ def add_shuffle_arguments(parser: argparse.ArgumentParser, default: bool, what: 
                         "serve-imagenet-shards; say --shuffle or --no-shuffle")
 
 
+def add_quiet_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`-q/--quiet`: show no `what` on stderr (dest `quiet`)."""
+    parser.add_argument("-q", "--quiet", action="store_true", help=f"show no {what} on stderr")
+
+
 class Removed(argparse.Action):
     """An option that is no longer accepted: using it fails with `message` (one line, exit 2)."""
 

@@ -25,7 +25,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tensorcom.cli.common import Parser, add_shuffle_arguments, entry_point, fraction, nonnegative_int, positive_int
+from tensorcom.cli.common import (
+    Parser,
+    add_quiet_argument,
+    add_shuffle_arguments,
+    entry_point,
+    fraction,
+    nonnegative_int,
+    positive_int,
+)
 from tensorcom.extras import require
 from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
 
@@ -44,6 +52,7 @@ def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
                         help="send float32 images normalized with ImageNet mean/std")
     parser.add_argument("-B", "--benchmark", action="store_true", help="preload one batch and serve it repeatedly")
     parser.add_argument("-r", "--report", type=float, default=10.0, help="seconds between rate reports on stderr (0: none)")
+    add_quiet_argument(parser, "rate reports (as -r 0)")
     parser.add_argument("--resume", metavar="FILE", help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
     parser.add_argument("--size", type=positive_int, default=224, help="output image size (default 224)")
     parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
@@ -75,7 +84,7 @@ def shards_parser() -> argparse.ArgumentParser:
 def plan(args: argparse.Namespace) -> ServePlan:
     """The ServePlan of the parsed command line (URLs, -P, --epochs, --count, -r)."""
     return ServePlan(args.urls or [DEFAULT_URL], workers=args.parallel or None, epochs=args.epochs or None,
-                     count=args.count, report=args.report or None, options={"resume": args.resume})
+                     count=args.count, report=None if args.quiet else args.report or None, options={"resume": args.resume})
 
 
 def serve_args(args: argparse.Namespace, pipeline) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
 from tensorcom.pipeline.function_spec import load_function
+from tensorcom.progress import Progress
 
 
 def parse(argv: list[str] | None):
@@ -37,6 +38,7 @@ def parse(argv: list[str] | None):
     parser.add_argument("--maxcount", type=common.positive_int, default=None, help="samples per output shard")
     parser.add_argument("--maxsize", type=common.positive_int, default=None, help="bytes per output shard")
     wlcommon.add_range_args(parser)
+    wlcommon.add_progress_args(parser)
     return parser.parse_args(argv)
 
 
@@ -100,25 +102,27 @@ def main(argv: list[str] | None = None) -> int:
         outputs = results(args)
     except SyntaxError as exc:
         raise ValueError(f"-e {args.expr!r}: {exc.msg}") from None
-    with contextlib.closing(outputs):
-        written = write_all(outputs, args)
+    with contextlib.closing(outputs), wlcommon.progress("wl-map", args) as shown:
+        written = write_all(outputs, args, shown)
     print(f"wl-map: {written} samples out", file=sys.stderr)
     return 0
 
 
-def write_all(outputs, args) -> int:
-    """Write (or, without -o, list) every output sample; returns how many. A failure abandons the shard
-    being written (no partial file under its name) and names it (wlcommon.writing)."""
+def write_all(outputs, args, shown: Progress) -> int:
+    """Write (or, without -o, list) every output sample, counting each on `shown`; returns how many. A
+    failure abandons the shard being written (no partial file under its name) and names it (wlcommon.writing)."""
     written = 0
     if args.output is None:
         for batch in outputs:
             for out in batch:
                 print(out.get("__key__"), *sorted(k for k in out if not k.startswith("__")), sep="\t")
                 written += 1
+                shown.update(1)
     else:
         with wlcommon.writing(args.output, args.maxcount, args.maxsize) as sink:
             for batch in outputs:
                 for out in batch:
                     sink.write(out)
                     written += 1
+                    wlcommon.count_written(shown, sink)
     return written

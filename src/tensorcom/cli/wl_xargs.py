@@ -20,6 +20,7 @@ import sys
 from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
 from tensorcom.pipeline.commands import CommandJob, run_sample
+from tensorcom.progress import Progress
 
 
 def parse(argv: list[str] | None):
@@ -43,6 +44,7 @@ def parse(argv: list[str] | None):
     parser.add_argument("--maxsize", type=common.positive_int, default=None, help="bytes per output shard")
     parser.add_argument("--count", type=common.nonnegative_int, default=None, help="use at most this many samples")
     parser.add_argument("--skip", type=common.nonnegative_int, default=0, help="skip this many samples first")
+    wlcommon.add_progress_args(parser)
     return parser.parse_args(argv)
 
 
@@ -60,9 +62,9 @@ def make_job(args) -> CommandJob:
                       exclude=args.exclude, skip_errors=args.skip_errors)
 
 
-def write_all(results, args) -> tuple[int, list]:
-    """Write the output samples (when -o is given); returns (written, failures). A failure abandons the
-    shard being written (no partial file under its name) and names it (wlcommon.writing)."""
+def write_all(results, args, shown: Progress) -> tuple[int, list]:
+    """Write the output samples (when -o is given), counting each on `shown`; returns (written, failures).
+    A failure abandons the shard being written (no partial file under its name) and names it (wlcommon.writing)."""
     failures: list = []
     written = 0
     with contextlib.ExitStack() as stack:
@@ -75,6 +77,7 @@ def write_all(results, args) -> tuple[int, list]:
             if sink is not None:
                 sink.write(result)
             written += 1
+            wlcommon.count_written(shown, sink)
     return written, failures
 
 
@@ -87,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     source = (wlcommon.select_fields(sample, fields) for sample in
               wlcommon.samples(args.url, skip=args.skip, count=args.count, require_end_blocks=args.require_end_blocks))
     results = wlcommon.run_tasks(job, source, args.processes)
-    with contextlib.closing(results):
-        written, failures = write_all(results, args)
+    with contextlib.closing(results), wlcommon.progress("wl-xargs", args) as shown:
+        written, failures = write_all(results, args, shown)
     print(f"wl-xargs: {written} samples out", file=sys.stderr)
     if failures:
         key, why = failures[0][1], failures[0][2]

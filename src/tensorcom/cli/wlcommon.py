@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.cli import common
 from tensorcom.errors import ShardError, TensorcomError
+from tensorcom.progress import Progress
 
 SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
 DECODE_CHOICES = ("none", "rgb8", "rgb", "l8", "l", "rgba8", "rgba", "pil")
@@ -36,6 +37,25 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
                         help="accept shards that end without their end-of-archive blocks (by default "
                         "such a shard is reported as truncated)")
     return parser
+
+
+def add_progress_args(parser: argparse.ArgumentParser) -> None:
+    """`-q/--quiet`: no progress bar or lines (samples and shards written so far) on stderr."""
+    common.add_quiet_argument(parser, "progress bar or periodic progress lines")
+
+
+def progress(prog: str, args: argparse.Namespace) -> Progress:
+    """The samples-written Progress of tool `prog`, off with --quiet (see tensorcom.progress)."""
+    return Progress(prog, unit="samples", enabled=not args.quiet)
+
+
+def count_written(shown: Progress, sink: Any) -> None:
+    """One more sample written to `sink`; the shards it has started too when it is a ShardWriter."""
+    shards = getattr(sink, "shards", None)
+    if shards is None:
+        shown.update(1)
+    else:
+        shown.update(1, shards=len(shards))
 
 
 def add_range_args(parser: argparse.ArgumentParser, count_default: int | None = None) -> None:

@@ -13,6 +13,7 @@ every way out.
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from tensorcom.demo.server import free_port, manual_commands, server_arguments, server_process
+from tensorcom.progress import Progress
 
 END_OF_EPOCH = "end of epoch"
 POLL = 1.0  # seconds the receiving thread waits on the socket before checking for a stop
@@ -159,14 +161,12 @@ def train(out: queue.Queue, trainer, epochs: int, classes: int, patience: float,
 
 
 def with_progress(batches: Iterator, label: str) -> Iterator:
-    """`batches`, shown by a tqdm bar on stderr when that is a terminal and tqdm is installed."""
-    if not sys.stderr.isatty():
-        return batches
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return batches
-    return tqdm(batches, desc=label, unit="batch", leave=False)
+    """`batches`, counted by a tensorcom.progress bar on stderr when that is a terminal (no plain lines:
+    the demo prints one line per epoch itself)."""
+    with Progress(label, "batches", interval=math.inf) as shown:
+        for batch in batches:
+            yield batch
+            shown.update(1)
 
 
 def progress(epoch: int, epochs: int, images: int, seconds: float, losses: list[float]) -> str:

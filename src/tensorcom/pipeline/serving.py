@@ -22,9 +22,10 @@ modify its arrays after yielding it.
 
 Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its share, whose values
 are its counts: messages to the parent (one multiprocessing queue) are ("item", i, (batches, samples))
-at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i, reports) once its
-connection is closed, or ("error", i, Failure). The parent prints a rate line to
-stderr every `report` seconds (or calls `on_report(stats)`), raises WorkerError when a worker fails
+after its first batch, then at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i,
+reports) once its connection is closed, or ("error", i, Failure). The parent prints a rate line to
+stderr every `report` seconds from the first batch (or calls `on_report(stats)`), with rates over a
+sliding window of the last `report` seconds (tensorcom.progress.RateWindow), raises WorkerError when a worker fails
 (with its traceback and sample key) and WorkerDied when one dies silently; either way, and on Ctrl-C,
 it stops every worker before returning. Workers watch the parent and exit when it disappears
 (tensorcom.pipeline._watch).
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import multiprocessing
 import os
 import queue
@@ -49,6 +51,7 @@ from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.function_spec import load_function
 from tensorcom.pipeline.workers import check_picklable
+from tensorcom.progress import RateWindow
 from tensorcom.transport.batches import batch_size
 from tensorcom.transport.resume import ResumePlan
 
@@ -126,7 +129,7 @@ class _Progress:
 
     def __init__(self) -> None:
         self.batches = self.samples = 0
-        self.last = time.monotonic()
+        self.last = -math.inf  # the first batch is reported at once: the parent's rates start there
 
     def add(self, batch: Any) -> bool:
         """Count `batch`; True when a report is due."""
@@ -232,8 +235,9 @@ class _Supervisor:
         self.counts: dict[int, tuple[int, int]] = {}
         self.done: set[int] = set()
         self.report, self.on_report = report, on_report
-        self.start = self.last_time = time.monotonic()
-        self.last_counts = (0, 0)
+        self.start = time.monotonic()
+        self.last_time: float | None = None  # of the last report; None until the first batch
+        self.rates = RateWindow(max(report or 0.0, 1.0))
 
     def launch(self, args_for: Callable[[int], tuple], count: int) -> None:
         self.barrier = self.ctx.Barrier(count)
@@ -251,6 +255,7 @@ class _Supervisor:
             raise value.error("serving worker")
         if kind == "item":
             self.counts[index] = value
+            self.rates.add(self.totals())
         else:
             self.done.add(index)
 
@@ -281,17 +286,26 @@ class _Supervisor:
                 raise died("serving worker", index, proc)
 
     def stats(self, overall: bool = False) -> dict:
-        """Totals, and rates since the last report (since the start when `overall`)."""
+        """Totals, and rates over the last `report` seconds (at least 1 s) counted from the first batch
+        (over the whole run when `overall`)."""
         now = time.monotonic()
         batches, samples = self.totals()
-        since, (b0, s0) = (self.start, (0, 0)) if overall else (self.last_time, self.last_counts)
-        span = max(now - since, 1e-9)
+        if overall:
+            span = max(now - self.start, 1e-9)
+            batch_rate, sample_rate = batches / span, samples / span
+        else:
+            batch_rate, sample_rate = self.rates.rates(now) or (0.0, 0.0)
         return {"batches": batches, "samples": samples, "seconds": now - self.start,
-                "batches_per_s": (batches - b0) / span, "samples_per_s": (samples - s0) / span,
-                "workers": len(self.procs)}
+                "batches_per_s": batch_rate, "samples_per_s": sample_rate, "workers": len(self.procs)}
 
     def maybe_report(self, force: bool = False) -> None:
-        if not self.report or (not force and time.monotonic() - self.last_time < self.report):
+        """Report every `report` seconds from the first batch (and at the end when `force`); nothing
+        before a batch has been sent."""
+        if not self.report or self.rates.first is None:
+            return
+        if self.last_time is None:
+            self.last_time = self.rates.first
+        if not force and time.monotonic() - self.last_time < self.report:
             return
         stats = self.stats()
         if self.on_report is not None:
@@ -300,7 +314,7 @@ class _Supervisor:
             print(f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
                   f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)",
                   file=sys.stderr, flush=True)
-        self.last_time, self.last_counts = time.monotonic(), (stats["batches"], stats["samples"])
+        self.last_time = time.monotonic()
 
     def close(self) -> None:
         """Stop every worker: ask, wait up to 2 s, terminate, then kill."""

@@ -32,6 +32,7 @@ import tarfile
 from typing import IO, Any, Callable
 
 from tensorcom.errors import OpenError, ShardError
+from tensorcom.progress import Progress
 from tensorcom.shards._destinations import Destination, open_destination
 from tensorcom.shards.fields import encode_field
 
@@ -207,12 +208,14 @@ class ShardWriter(_AbandonedOnError):
     when the current one holds `maxcount` samples or `maxsize` bytes. `shards` lists the URLs written
     (a shard is opened on its first sample, so none is empty); `post(url)` runs after each is completed.
     An exception leaving the `with` block, abort(), or a failed write abandons the current shard (see
-    the module docstring) and stops the writer; completed shards stay. Other options go to TarWriter.
+    the module docstring) and stops the writer; completed shards stay. `progress`: True shows samples
+    and shards written on stderr (tensorcom.progress: a bar on a terminal, else periodic lines), or
+    pass a Progress to count into; off by default. Other options go to TarWriter.
     """
 
     def __init__(self, pattern: str, maxcount: int = 100000, maxsize: float = 3e9, *,
                  start_shard: int = 0, post: Callable[[str], Any] | None = None,
-                 verbose: bool = False, **writer_options: Any):
+                 verbose: bool = False, progress: bool | Progress = False, **writer_options: Any):
         if not isinstance(pattern, str) or "%" not in pattern:
             raise ValueError(f"pattern needs a %-format for the shard number, like 'out-%06d.tar': {pattern!r}")
         try:
@@ -230,6 +233,7 @@ class ShardWriter(_AbandonedOnError):
         self.stopped = False  # by abort() or an abandoned shard: no more writes
         self.abandoned: str | None = None
         self.failure: BaseException | None = None
+        self.progress = Progress("ShardWriter") if progress is True else (progress or None)
 
     def _open(self) -> bool:
         return self.writer is not None
@@ -258,6 +262,8 @@ class ShardWriter(_AbandonedOnError):
                 self._lost(writer)
             raise
         self.total += 1
+        if self.progress is not None:
+            self.progress.update(1, shards=len(self.shards))
         return size
 
     def _lost(self, writer: TarWriter) -> None:
@@ -284,6 +290,8 @@ class ShardWriter(_AbandonedOnError):
         """Abandon the current shard (completed ones stay; `post` does not run for it) and stop the writer.
         Returns the sentence naming the shard and its sample count (also `abandoned`), or None."""
         self.stopped = True
+        if self.progress is not None:
+            self.progress.close()
         if self.writer is not None:
             self.writer.abort()
             self._lost(self.writer)
@@ -291,5 +299,7 @@ class ShardWriter(_AbandonedOnError):
 
     def close(self) -> None:
         """Complete the current shard (running `post`); idempotent. After a failed write it raises ShardError."""
+        if self.progress is not None:
+            self.progress.close()
         _raise_if_failed(self.abandoned, self.failure)
         self._finish()
