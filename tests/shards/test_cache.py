@@ -114,3 +114,40 @@ def test_cache_names_are_safe_and_distinct(tmp_path):
         assert os.path.dirname(name) == str(tmp_path)
         assert "/" not in os.path.basename(name) and not os.path.basename(name).startswith(".")
     assert cache_path("http://a/x/train-0.tar", tmp_path).endswith("-train-0.tar")
+
+
+class _ReadOnly:
+    """A remote stream with read() and close() only (no readinto), as some fsspec files are."""
+
+    def __init__(self, data: bytes, chunk: int = 1000):
+        self.data, self.pos, self.chunk, self.closed = data, 0, chunk, False
+
+    def read(self, count: int = -1) -> bytes:
+        count = min(count, self.chunk)
+        piece = self.data[self.pos:self.pos + count]
+        self.pos += len(piece)
+        return piece
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("with_readinto", [False, True])
+def test_caching_reader_copies_every_byte(tmp_path, with_readinto):
+    import io
+
+    from tensorcom.shards.cache import open_cached
+
+    data = bytes(range(256)) * 40
+    opened = []
+
+    def open_remote():
+        opened.append(io.BytesIO(data) if with_readinto else _ReadOnly(data))
+        return opened[-1]
+
+    url = "http://example.invalid/x.tar"
+    with open_cached(url, tmp_path, open_remote, bufsize=4096) as stream:
+        assert stream.read() == data
+    assert opened[0].closed
+    with open(cache_path(url, tmp_path), "rb") as entry:
+        assert entry.read() == data

@@ -7,14 +7,16 @@
                              and allowed (settings.tar_accelerator()), else scan_python
 
 A scanner parses, from `pos`, every member that lies wholly in buf[pos:end] (header, data and
-padding) with an ordinary header: a valid checksum, a plain octal size, and a type other than the
-pax / GNU long-name ones. It yields (name, key, extension, bytes) for the regular, non-`__meta__`
-members among them (key and extension as `split_name` makes them, both None for a name without an
+padding) with a plain header (a valid checksum, a plain octal size), together with the pax extended /
+global and GNU long-name headers before it when their records are in the strict form ('path' and
+'size' applied). It yields (name, key, extension, bytes) for the regular, non-`__meta__` members
+among them (key and extension as `split_name` makes them, both None for a name without an
 extension) and returns (as a generator's return value, which `yield from` hands back) the offset of
-the first header it did not take and the name of the last member it took (None when it took none).
-It never raises on bad data: it stops there, and tarstream's careful one-member parser takes over
-(exact checksum, pax and GNU names, base-256 sizes, members larger than the window, errors naming
-URL and member). Both scanners take and stop at the same headers; tests/test_tarstream.py checks it.
+the first header of the first member it did not take (its pax / GNU headers included) and the name
+of the last member it took (None when it took none). It never raises on bad data: it stops there,
+and tarstream's careful one-member parser takes over (exact checksum, non-strict pax records,
+base-256 sizes, members larger than the window, errors naming URL and member). Both scanners take
+and stop at the same headers; tests/shards/test_tarstream.py checks it.
 """
 
 from __future__ import annotations
@@ -60,10 +62,6 @@ class Window:
         self.buf = bytearray(size)
         self.view = memoryview(self.buf)
         self.pos = self.end = 0
-
-    def has_room(self) -> bool:
-        """Whether fill() could add bytes: unparsed data does not fill the whole window."""
-        return self.pos > 0 or self.end < len(self.buf)
 
     def fill(self) -> int:
         """Move the unparsed tail to the front and read after it; returns the bytes read (0 at the end)."""

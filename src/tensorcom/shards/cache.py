@@ -56,17 +56,24 @@ class CachingReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
+        """Read into `buffer` (straight from the source where it has readinto, so no extra copy) and
+        write the same bytes to the entry; the end of the source keeps the entry."""
+        view = memoryview(buffer).cast("B")
         try:
-            data = self.source.read(len(buffer))
+            readinto = getattr(self.source, "readinto", None)
+            if readinto is not None:
+                count = readinto(view) or 0
+            else:
+                data = self.source.read(len(view))
+                count = len(data)
+                view[:count] = data
         except BaseException:
             self._discard()
             raise
-        count = len(data)
-        buffer[:count] = data
         if self.entry is not None:
             if count:
-                self.entry.write(data)
-            elif len(buffer):
+                self.entry.write(view[:count])
+            elif len(view):
                 self._keep()
         return count
 

@@ -67,7 +67,7 @@ class TarWriter(_AbandonedOnError):
 
     `dest` is a URL/path (opened with open_destination, completed or abandoned by us) or a binary file
     object (flushed, left open). `str` values are written as UTF-8, bytes as they are, other values
-    encoded by extension (extcodec.encode_field; pickle only with allow_pickle=True). Fields whose
+    encoded by extension (tensorcom.shards.fields.encode_field; pickle only with allow_pickle=True). Fields whose
     names start with "_" are not written unless keep_meta=True ("__key__" never is). Use as a context
     manager: a normal exit completes the archive, an exception abandons it (see the module docstring).
     """
