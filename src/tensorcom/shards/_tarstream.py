@@ -232,12 +232,14 @@ def _one_member(window: Window, url: str, previous: str | None, override: dict[s
     if len(header) < BLOCK:
         if header:
             raise TarFormatError("truncated tar header", url=url, member=previous)
+        if require_end_blocks and previous is None:
+            raise TarFormatError("empty or truncated tar archive: no member and no end-of-archive blocks", url=url)
         if require_end_blocks:
-            _missing_end(url, previous, "ends")
+            raise _missing_end(url, previous, "ends")
         return None
     if not header[0] and not header.strip(b"\0"):
         if require_end_blocks and len(window.take(BLOCK)) < BLOCK:
-            _missing_end(url, previous, "has one end-of-archive block of two")
+            raise _missing_end(url, previous, "has one end-of-archive block of two")
         return None
     _check_header(header, url, previous)
     size = _octal(header[124:136], url, "size", previous)
@@ -254,13 +256,11 @@ def _one_member(window: Window, url: str, previous: str | None, override: dict[s
     return name, header[156], data
 
 
-def _missing_end(url: str, previous: str | None, how: str) -> None:
-    """Raise the TarFormatError of an archive cut short before or inside its end-of-archive blocks."""
-    if previous is None and how == "ends":
-        raise TarFormatError("empty or truncated tar archive: no member and no end-of-archive blocks",
-                             url=url)
+def _missing_end(url: str, previous: str | None, how: str) -> TarFormatError:
+    """The TarFormatError of an archive that `how` ("ends", ...) after member `previous` without its
+    end-of-archive blocks."""
     where = f"after member {previous!r}" if previous else "before any member"
-    raise TarFormatError(f"truncated tar archive: it {how} {where} without its end-of-archive blocks "
+    return TarFormatError(f"truncated tar archive: it {how} {where} without its end-of-archive blocks "
                          "(pass require_end_blocks=False to accept such archives)", url=url, member=previous)
 
 
