@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 
 import msgpack
 import numpy as np
@@ -316,3 +317,13 @@ def test_worked_example_of_protocol_md():
     assert len(wire.frames_to_buffer(frames)) == 304
     marker = wire.encode_end_of_epoch(seq=2, epoch=0, sender="s", group="g", group_size=2)
     assert bytes(marker[0]).hex().endswith("a567726f7570a167aa67726f75705f73697a6502")
+
+
+@pytest.mark.parametrize("batch, where", [
+    ({"image": np.ones(2), "meta": {"tags": [1, {1, 2}]}}, "batch['meta']['tags'][1]"),
+    ([np.ones(1), (2, object())], "batch[1][1]"),
+    ({"count": 2**70}, "batch['count']"),
+])
+def test_unencodable_leaf_is_named_by_its_path(batch, where):
+    with pytest.raises(EncodeError, match=re.escape(where)):
+        wire.encode_batch(batch)

@@ -131,6 +131,26 @@ class _Packer:
             raise EncodeError(f"cannot encode batch: {exc}") from exc
 
 
+def _where_unsendable(obj: Any, path: str = "batch") -> str | None:
+    """The path (`batch['image'][2]`) of the first leaf of `obj` that cannot be sent, or None when
+    no single leaf is to blame. Only called once encoding has failed: no cost on the send path."""
+    if isinstance(obj, dict):
+        parts: Any = ((f"[{key!r}]", value) for key, value in obj.items())
+    elif isinstance(obj, (list, tuple)):
+        parts = ((f"[{index}]", value) for index, value in enumerate(obj))
+    else:
+        try:
+            _Packer().pack(obj)
+        except EncodeError:
+            return path
+        return None
+    for suffix, value in parts:
+        found = _where_unsendable(value, path + suffix)
+        if found is not None:
+            return found
+    return None
+
+
 def _encode_v1(batch: Any, infos: Sequence[str] | None) -> list:
     """Pure tensorcom 0.1 frames; EncodeError for anything but a list/tuple of arrays."""
     if not isinstance(batch, (list, tuple)):
@@ -163,7 +183,16 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
     packer = _Packer()
     meta = _with_share({"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender,
                         "batch": batch}, share)
-    head = MAGIC + packer.pack(meta)
+    try:
+        head = MAGIC + packer.pack(meta)
+    except EncodeError as exc:
+        try:
+            where = _where_unsendable(batch)
+        except RecursionError:  # nested too deep to walk: the message stays as msgpack gave it
+            where = None
+        if where is None:
+            raise
+        raise EncodeError(f"{where}: {exc}") from exc
     arrays = packer.arrays
     order = sorted(range(len(arrays)), key=lambda k: arrays[k].nbytes)  # stable: smallest first
     if infos is None and order != sorted(order):  # the largest data last: ZeroMQ moves it with less work
