@@ -128,8 +128,8 @@ class BufferedSender:
 def receive(stream: io.FileIO) -> Any:
     """Read one object written by PipeSender.put from the raw stream over the pipe's read end;
     EOFError when the writer is gone. Each buffer is read once, straight into its bytearray."""
-    count = array("q", bytes(_read_exact(stream, 8)))[0]
-    lengths = array("q", bytes(_read_exact(stream, 8 * (count + 1))))
+    count = array("q", _read_exact(stream, 8))[0]
+    lengths = array("q", _read_exact(stream, 8 * (count + 1)))
     data = _read_exact(stream, lengths[0])
     buffers = [_read_exact(stream, size) for size in lengths[1:]]
     return pickle.loads(data, buffers=buffers)
