@@ -107,8 +107,10 @@ class _Workers:
             procpipe.widen(writer)
             proc = ctx.Process(target=process_main, args=(fn, self.inq, writer, self.stop, self.current, i, os.getpid()),
                                daemon=True, name=f"tensorcom-map-{i}")
-            proc.start()
-            writer.close()  # the child holds it now; the parent sees EOF when the child is gone
+            try:
+                proc.start()
+            finally:
+                writer.close()  # the child holds it now; the parent sees EOF when the child is gone
             self.workers.append(proc)
             readers.append(reader)
         self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self.check_alive)
