@@ -83,6 +83,12 @@ def _callable(name: str, value: Any) -> Callable:
     return value
 
 
+def _field_names(method: str, fields: tuple) -> tuple:
+    if not fields or not all(isinstance(f, str) and f for f in fields):
+        raise ValueError(f"{method} needs one or more field names, got {fields!r}")
+    return fields
+
+
 def _checked_options(cls: type) -> type:
     """Wrap every public method of `cls` so that a misspelled keyword is a TypeError with "did you mean"."""
     for name, method in list(vars(cls).items()):
@@ -175,15 +181,11 @@ class Pipeline:
 
     def select(self, *fields: str) -> Pipeline:
         """Keep only these fields of dict samples (plus `__key__`); "jpg;png" takes the first present."""
-        if not fields or not all(isinstance(f, str) and f for f in fields):
-            raise ValueError(f"select needs one or more field names, got {fields!r}")
-        return self._then("select", fields=fields)
+        return self._then("select", fields=_field_names("select", fields))
 
     def to_tuple(self, *fields: str) -> Pipeline:
         """Turn dict samples into tuples of these fields; "jpg;png" takes the first present."""
-        if not fields or not all(isinstance(f, str) and f for f in fields):
-            raise ValueError(f"to_tuple needs one or more field names, got {fields!r}")
-        return self._then("to_tuple", fields=fields)
+        return self._then("to_tuple", fields=_field_names("to_tuple", fields))
 
     def shuffle(self, bufsize: int) -> Pipeline:
         """Shuffle through a buffer of `bufsize` samples (reproducible per seed and epoch)."""

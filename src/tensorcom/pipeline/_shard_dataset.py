@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from tensorcom.pipeline._fieldstages import SampleDecoder, kept
-from tensorcom.pipeline._pipeline import Pipeline
+from tensorcom.pipeline._pipeline import Pipeline, _non_negative, _positive
 from tensorcom.pipeline.sources import ShardSource
 from tensorcom.shards import OPEN_OPTIONS, SkipCounts
 from tensorcom.shards._options import near_misses, renamed_option
@@ -32,7 +32,7 @@ def _normalize_sizes(sizes: int | Sequence[int] | None, count: int) -> list[int]
         return None
     if isinstance(sizes, int):
         if sizes < 0:
-            raise ValueError(f"sizes must be >= 0, not {sizes}")
+            raise ValueError(f"sizes must be >= 0, got {sizes!r}")
         return [sizes] * count
     sizes = [int(n) for n in sizes]
     if len(sizes) != count:
@@ -62,8 +62,8 @@ class ShardDataset:
                  num_workers: int | None = None, shuffle_shards: bool | None = None, **open_options: Any):
         shuffle = renamed_option(shuffle, shuffle_shards, "shuffle", "shuffle_shards", "ShardDataset")
         near_misses("ShardDataset", open_options, _OPTIONS)
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-            raise ValueError(f"epochs must be an integer >= 1 or None, not {epochs!r}")
+        if epochs is not None:
+            _positive("epochs", epochs)
         if decode is not None and not isinstance(decode, str) and not callable(decode):
             raise TypeError(f"decode must be None, an image mode or a callable, not {decode!r}")
         self.skipped = SkipCounts()
@@ -76,8 +76,7 @@ class ShardDataset:
 
     def _build(self, buffer: int, decode: Any, handler: Handler | None, allow_pickle: bool,
                worker: int | None, num_workers: int | None) -> Pipeline:
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 0:
-            raise ValueError(f"shuffle_buffer must be an integer >= 0, not {buffer!r}")
+        _non_negative("shuffle_buffer", buffer)
         p = Pipeline(self.source, seed=self.seed)
         p = p.shuffle(buffer) if buffer else p
         if isinstance(decode, str):
