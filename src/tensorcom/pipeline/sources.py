@@ -20,7 +20,7 @@ Every source takes `shuffle=True` for a fresh order each epoch, a pure function 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tensorcom.pipeline._node import Indexed, Node, Replayed
 from tensorcom.pipeline._pooled import MapPlan, WorkerMapped
@@ -59,9 +59,10 @@ def share_order(count: int, shuffle: bool, seed: int, epoch: int, worker: int, n
 
 
 def epoch_share(items: Sequence[Any], shuffle: bool, seed: int, epoch: int, worker: int,
-                num_workers: int) -> Iterator[Any]:
-    """The items of share `worker` of `num_workers` of a sequence, in `epoch_order` for (seed, epoch)."""
-    return Indexed(items, share_order(len(items), shuffle, seed, epoch, worker, num_workers))
+                num_workers: int, read: Callable[[Any], Any] | None = None) -> Indexed:
+    """The items of share `worker` of `num_workers` of a sequence, in `epoch_order` for (seed, epoch),
+    each passed through `read` when given."""
+    return Indexed(items, share_order(len(items), shuffle, seed, epoch, worker, num_workers), read)
 
 
 def _is_sequence(items: Any) -> bool:
@@ -161,8 +162,7 @@ class PathSource(Source):
         self.shuffle = shuffle
 
     def _urls(self, seed: int, epoch: int, worker: int, num_workers: int) -> Indexed:
-        order = share_order(len(self.paths), self.shuffle, seed, epoch, worker, num_workers)
-        return Indexed(self.paths, order, read=self._sample)
+        return epoch_share(self.paths, self.shuffle, seed, epoch, worker, num_workers, read=self._sample)
 
     def _sample(self, url: str) -> dict:
         return path_sample(url, self.read)
