@@ -61,8 +61,7 @@ class Helped(Node):
 
     def close(self) -> None:
         self._stop()
-        if self.up is not None:
-            self.up.close()
+        super().close()
 
 
 class WorkerMapped(Helped):
@@ -122,7 +121,6 @@ class WorkerMapped(Helped):
         self._stop()
         self.up.load_state_dict(upstream_state(state))
         self._position(state)
-
 
 
 class Prefetched(Helped):
