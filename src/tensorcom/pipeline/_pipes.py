@@ -39,6 +39,20 @@ def widen(conn: Any, size: int = PIPE_SIZE) -> None:
         pass
 
 
+def spawn_with_pipe(ctx: Any, target: Callable, args: Callable[[Any], tuple], name: str) -> tuple[Any, Any]:
+    """Start daemon process `name` running target(*args(writer)), where writer is the write end of a
+    fresh one-way pipe (widened); returns (process, reader). The parent closes its copy of the write
+    end whatever happens, so reading gives EOF once the child is gone."""
+    reader, writer = ctx.Pipe(duplex=False)
+    widen(writer)
+    proc = ctx.Process(target=target, args=args(writer), daemon=True, name=name)
+    try:
+        proc.start()
+    finally:
+        writer.close()
+    return proc, reader
+
+
 def _write_all(fd: int, parts: list) -> None:
     """Write every part, in order, with as few writev calls as the pipe allows."""
     views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]

@@ -107,15 +107,10 @@ class _Shares:
 
     def _spawn(self, ctx: Any, make: Callable, ident: int, count: int, buffer: int, init: Callable | None) -> None:
         """Start worker process `ident` with a pipe of its own."""
-        reader, writer = ctx.Pipe(duplex=False)
-        procpipe.widen(writer)
-        proc = ctx.Process(target=process_main, daemon=True, name=f"tensorcom-share-{ident}",
-                           args=(make, ident, count, writer, self.stop, buffer, init, os.getpid()))
+        proc, reader = procpipe.spawn_with_pipe(
+            ctx, process_main, lambda writer: (make, ident, count, writer, self.stop, buffer, init, os.getpid()),
+            f"tensorcom-share-{ident}")
         self.readers.append(reader)
-        try:
-            proc.start()
-        finally:
-            writer.close()  # the child holds it; EOF here once the child is gone
         self.workers.append(proc)
 
     def get(self, ident: int) -> tuple:

@@ -103,14 +103,9 @@ class _Workers:
         self.inq, self.stop, self.current = ctx.Queue(), ctx.Event(), ctx.RawValue("q", 0)
         self.workers, readers = [], []
         for i in range(count):
-            reader, writer = ctx.Pipe(duplex=False)
-            procpipe.widen(writer)
-            proc = ctx.Process(target=process_main, args=(fn, self.inq, writer, self.stop, self.current, i, os.getpid()),
-                               daemon=True, name=f"tensorcom-map-{i}")
-            try:
-                proc.start()
-            finally:
-                writer.close()  # the child holds it now; the parent sees EOF when the child is gone
+            proc, reader = procpipe.spawn_with_pipe(
+                ctx, process_main, lambda writer, i=i: (fn, self.inq, writer, self.stop, self.current, i, os.getpid()),
+                f"tensorcom-map-{i}")
             self.workers.append(proc)
             readers.append(reader)
         self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self.check_alive)
