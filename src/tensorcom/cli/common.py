@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from tensorcom.errors import TensorcomError
 
 if TYPE_CHECKING:
+    from tensorcom.pipeline.serve_plan import ServePlan
     from tensorcom.transport.connection import Connection
 
 EXIT_USAGE = 2
@@ -200,6 +201,27 @@ def nonnegative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
+
+
+def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> None:
+    """--epochs, --count (`count_help`), -r/--report, -q/--quiet and --resume, as every server takes
+    them; `serve_plan` reads them back."""
+    parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
+    parser.add_argument("--count", type=nonnegative_int, default=0, help=count_help)
+    parser.add_argument("-r", "--report", type=float, default=10.0,
+                        help="seconds between rate reports on stderr (0: none)")
+    add_quiet_argument(parser, "rate reports (as -r 0)")
+    parser.add_argument("--resume", metavar="FILE",
+                        help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
+
+
+def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
+    """The ServePlan of a server's parsed command line (URLs, the options of `add_serving_arguments`)
+    with `workers` publisher processes (None: one per binding URL, else 1)."""
+    from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
+
+    return ServePlan(args.urls or [DEFAULT_URL], workers=workers, epochs=args.epochs or None, count=args.count,
+                     report=None if args.quiet else args.report or None, options={"resume": args.resume})
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:

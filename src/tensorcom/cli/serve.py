@@ -20,13 +20,13 @@ import argparse
 
 from tensorcom.cli.common import (
     Parser,
-    add_quiet_argument,
+    add_serving_arguments,
     add_shuffle_arguments,
     entry_point,
-    nonnegative_int,
     positive_int,
+    serve_plan,
 )
-from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
+from tensorcom.pipeline.serve_plan import DEFAULT_URL
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,11 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"where to send (default {DEFAULT_URL})")
     parser.add_argument("-w", "--workers", type=positive_int, default=None,
                         help="worker processes (default: one per binding URL, else 1)")
-    parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
-    parser.add_argument("--count", type=nonnegative_int, default=0, help="stop after about N batches in all (0: no limit)")
-    parser.add_argument("-r", "--report", type=float, default=10.0, help="seconds between rate reports on stderr (0: none)")
-    add_quiet_argument(parser, "rate reports (as -r 0)")
-    parser.add_argument("--resume", metavar="FILE", help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
+    add_serving_arguments(parser, count_help="stop after about N batches in all (0: no limit)")
     add_shuffle_arguments(parser, default=False, what="the items FUNCTION returns through --shuffle-buffer")
     return parser
 
@@ -53,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     load_factory(args.factory)  # fails early on a bad name; puts the current directory on sys.path
-    run = ServePlan(args.urls or [DEFAULT_URL], workers=args.workers, epochs=args.epochs or None,
-                    count=args.count, report=None if args.quiet else args.report or None, options={"resume": args.resume})
+    run = serve_plan(args, args.workers)
     run.publishers()  # fails early on URLs that cannot work with -w
     run.run(FunctionPipeline(args.factory, args.shuffle_buffer if args.shuffle else 0), announce=args.factory)
     return 0

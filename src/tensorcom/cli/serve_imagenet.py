@@ -27,15 +27,16 @@ import sys
 
 from tensorcom.cli.common import (
     Parser,
-    add_quiet_argument,
+    add_serving_arguments,
     add_shuffle_arguments,
     entry_point,
     fraction,
     nonnegative_int,
     positive_int,
+    serve_plan,
 )
 from tensorcom.extras import require
-from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
+from tensorcom.pipeline.serve_plan import DEFAULT_URL
 
 
 def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
@@ -51,13 +52,9 @@ def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
     parser.add_argument("-n", "--normalize", action="store_true",
                         help="send float32 images normalized with ImageNet mean/std")
     parser.add_argument("-B", "--benchmark", action="store_true", help="preload one batch and serve it repeatedly")
-    parser.add_argument("-r", "--report", type=float, default=10.0, help="seconds between rate reports on stderr (0: none)")
-    add_quiet_argument(parser, "rate reports (as -r 0)")
-    parser.add_argument("--resume", metavar="FILE", help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
+    add_serving_arguments(parser, count_help="stop after N batches in all, each of P publishers sending "
+                          "ceil(N/P) (0: no limit)")
     parser.add_argument("--size", type=positive_int, default=224, help="output image size (default 224)")
-    parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
-    parser.add_argument("--count", type=nonnegative_int, default=0,
-                        help="stop after N batches in all, each of P publishers sending ceil(N/P) (0: no limit)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the augmentation and shuffling")
     parser.add_argument("--min-scale", type=fraction, default=0.08,
                         help="smallest crop area as a fraction of the image (default 0.08, as torchvision)")
@@ -81,18 +78,12 @@ def shards_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def plan(args: argparse.Namespace) -> ServePlan:
-    """The ServePlan of the parsed command line (URLs, -P, --epochs, --count, -r)."""
-    return ServePlan(args.urls or [DEFAULT_URL], workers=args.parallel or None, epochs=args.epochs or None,
-                     count=args.count, report=None if args.quiet else args.report or None, options={"resume": args.resume})
-
-
 def serve_args(args: argparse.Namespace, pipeline) -> int:
     """Serve `pipeline` (its first batch over and over with -B) as the command line says; returns 0.
     Checks the URLs against -P before anything is read."""
     from tensorcom.images.imagenet import benchmark_pipeline
 
-    run = plan(args)
+    run = serve_plan(args, args.parallel or None)
     run.publishers()
     run.run(benchmark_pipeline(pipeline, args.seed) if args.benchmark else pipeline)
     return 0
