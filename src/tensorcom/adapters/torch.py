@@ -132,7 +132,9 @@ def _as_tensor(value: Any) -> Any:
 
 def _make_dataset_class() -> type:
     """Define TensorcomDataset on first use (it subclasses torch's IterableDataset)."""
-    from torch.utils.data import IterableDataset
+    from tensorcom.extras import require
+
+    IterableDataset = require("torch.utils.data").IterableDataset  # MissingDependency names the extra
 
     class TensorcomDataset(IterableDataset):
         """A torch IterableDataset reading `length` batches per pass from `urls` (0.1's signature).
