@@ -55,7 +55,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> float:
     from tensorcom.demo.trainer import make_trainer
 
     start = time.perf_counter()
-    data = make_demo_dataset(config.data, size=config.size) if config.data else make_demo_dataset(size=config.size)
+    data = make_demo_dataset(config.data or None, size=config.size)
     classes = len(data.classes)
     say(f"dataset: {classes} classes of coloured shapes in {data.root} ({time.perf_counter() - start:.1f} s)")
     port = free_port()

@@ -1,6 +1,6 @@
 """The demo's data server: serve-imagenet-dir as a real subprocess, tied to this process's life.
 
-    arguments = server_arguments(config, train_dir, url)   the serve-imagenet-dir command line
+    arguments = server_arguments(train_dir=..., url=..., batch_size=..., ...)   its command line
     with server_process(arguments, log) as proc: ...        runs it; terminated on every way out
 
 The subprocess is `python -m tensorcom.cli.serve_imagenet dir ARGUMENTS`, its output going to `log`.
