@@ -27,7 +27,7 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     URL every wl-* tool takes; `description` (the tool module's docstring, with its examples) is shown
     as written."""
     parser = common.Parser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "url",
         help="shard URL(s): path, file://, http(s)://, s3://, pipe:CMD or '-'; brace expansion "
