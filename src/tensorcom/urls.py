@@ -23,6 +23,8 @@ import braceexpand
 
 from tensorcom.errors import URLError
 
+DEFAULT_SERVER_URL = "zpub://127.0.0.1:7880"  # where the servers send when given no URL (0.1's default)
+
 # scheme -> (socket type name or None, binds?, kind); the socket type names are ZeroMQ's.
 SCHEMES: dict[str, tuple[str | None, bool, str]] = {
     "zpush": ("PUSH", False, "send"),

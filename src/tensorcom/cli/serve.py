@@ -26,7 +26,7 @@ from tensorcom.cli.common import (
     positive_int,
     serve_plan,
 )
-from tensorcom.pipeline.serve_plan import DEFAULT_URL
+from tensorcom.urls import DEFAULT_SERVER_URL as DEFAULT_URL
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,7 +36,7 @@ from tensorcom.cli.common import (
     serve_plan,
 )
 from tensorcom.extras import require
-from tensorcom.pipeline.serve_plan import DEFAULT_URL
+from tensorcom.urls import DEFAULT_SERVER_URL as DEFAULT_URL
 
 
 def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:

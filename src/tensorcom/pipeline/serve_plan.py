@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorcom.pipeline._pipeline import Pipeline
+from tensorcom.urls import DEFAULT_SERVER_URL
 
-DEFAULT_URL = "zpub://127.0.0.1:7880"
+DEFAULT_URL = DEFAULT_SERVER_URL
 
 
 @dataclass
