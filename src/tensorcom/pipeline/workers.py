@@ -102,12 +102,18 @@ class _Workers:
         ctx = multiprocessing.get_context("spawn")
         self.inq, self.stop, self.current = ctx.Queue(), ctx.Event(), ctx.RawValue("q", 0)
         self.workers, readers = [], []
-        for i in range(count):
-            proc, reader = procpipe.spawn_with_pipe(
-                ctx, process_main, lambda writer, i=i: (fn, self.inq, writer, self.stop, self.current, i, os.getpid()),
-                f"tensorcom-map-{i}")
-            self.workers.append(proc)
-            readers.append(reader)
+        try:
+            for i in range(count):
+                args = lambda writer, i=i: (fn, self.inq, writer, self.stop, self.current, i, os.getpid())  # noqa: E731
+                proc, reader = procpipe.spawn_with_pipe(ctx, process_main, args, f"tensorcom-map-{i}")
+                self.workers.append(proc)
+                readers.append(reader)
+        except BaseException:  # a later start failed: the ones started must not run on
+            self.stop.set()
+            join_or_kill(self.workers, grace=1.0, kill=True)
+            for reader in readers:
+                reader.close()
+            raise
         self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self.check_alive)
 
     def put(self, generation: int, position: int, sample: Any, rng_key: RngKey | None) -> None:
