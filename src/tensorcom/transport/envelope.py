@@ -1,0 +1,75 @@
+"""The sharing protocol's control frame (zshare / zsplit / zjoin): kind and fields ⇄ bytes. Pure.
+
+Every message between a sharing server and a consumer starts with one control frame: the 8 bytes
+`CONTROL_MAGIC` then a msgpack map whose "k" names the kind. A batch's control frame is followed by the
+frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the whole protocol).
+
+    consumer -> server   join {name, credit, observe}, ack {upto}, leave {}
+    server -> consumer   welcome {server, mode, epoch, pos, credit}, batch {n, epoch, pos} + wire frames,
+                         end {epoch, batches}, detached {why}, status {consumers}, bye {}
+    producer -> server   finish {} (in-process input: the stream ends after what was sent before)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from tensorcom.errors import DecodeError
+
+CONTROL_MAGIC = b"\x89TCS\r\n\x1a\n"
+VERSION = 1
+KINDS = {  # kind -> required fields and the types they must have
+    "join": {"name": str, "credit": int},
+    "ack": {"upto": int},
+    "leave": {},
+    "welcome": {"server": str, "mode": str, "epoch": int, "pos": int},
+    "batch": {"n": int, "epoch": int, "pos": int},
+    "end": {"epoch": int, "batches": int},
+    "detached": {"why": str},
+    "status": {"consumers": list},
+    "bye": {},
+    "finish": {},
+}
+MAX_CONTROL_BYTES = 1 << 20  # a status report of many consumers stays far below this
+
+
+def encode(kind: str, **fields: Any) -> bytes:
+    """The control frame of a message of `kind` with `fields` (ValueError for an unknown kind or a
+    missing field)."""
+    _check(kind, fields, ValueError)
+    return CONTROL_MAGIC + msgpack.packb({"v": VERSION, "k": kind, **fields}, use_bin_type=True)
+
+
+def is_control(frame: Any) -> bool:
+    """True when `frame` (bytes-like) starts with the control magic."""
+    return bytes(memoryview(frame)[: len(CONTROL_MAGIC)]) == CONTROL_MAGIC
+
+
+def decode(frame: Any) -> dict:
+    """A control frame → its map (with "k"); DecodeError naming frame 0 for anything malformed."""
+    view = memoryview(frame)
+    if view.nbytes > MAX_CONTROL_BYTES:
+        raise DecodeError(f"control frame of {view.nbytes} bytes exceeds {MAX_CONTROL_BYTES}", 0, "frame")
+    if not is_control(view):
+        raise DecodeError("not a sharing-protocol control frame (bad magic)", 0, "frame")
+    try:
+        meta = msgpack.unpackb(view[len(CONTROL_MAGIC):], raw=False, strict_map_key=True, max_bin_len=0,
+                               max_ext_len=0)
+    except Exception as exc:  # msgpack raises several unrelated types for bad bytes
+        raise DecodeError(f"control frame is not valid msgpack: {exc}", 0, "frame") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("k"), str):
+        raise DecodeError("control frame is not a map with a kind 'k'", 0, "frame")
+    _check(meta["k"], meta, lambda text: DecodeError(text, 0, "frame"))
+    return meta
+
+
+def _check(kind: str, fields: dict, error: Any) -> None:
+    """Raise error(text) unless `kind` is known and `fields` has its required fields, well typed."""
+    if kind not in KINDS:
+        raise error(f"unknown control kind {kind!r}")
+    for name, expected in KINDS[kind].items():
+        value = fields.get(name)
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise error(f"control {kind!r} needs {name!r} of type {expected.__name__}, got {value!r}")

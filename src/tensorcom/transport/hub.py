@@ -1,0 +1,93 @@
+"""A sharing server fed by serving worker processes: what `tensorcom.serve(pipeline, "zshare://…")`
+runs in its own process.
+
+    hub = Hub("zshare://127.0.0.1:7880", min_consumers=2)
+    hub.worker_url            # "zpush+ipc:///tmp/tc-hub-…/in": every worker connects a Connection here
+    ...                       # the N workers send their shares, one marker group of N per epoch
+    hub.finish(ends=epochs)   # the stream ends once that many epochs have ended
+    result = hub.close()      # waits until every consumer has everything (ShareServer.wait's result)
+
+The workers' batches are forwarded as they arrive (one encoding for all consumers); their markers are
+counted, so each epoch ends once for the consumers, after the last worker's marker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from tensorcom import urls
+from tensorcom.transport import _sockets as sockets
+from tensorcom.transport import envelope
+from tensorcom.transport.share_server import ShareServer
+
+INPUT_HWM = 4  # worker messages queued in the hub before workers wait
+
+
+def sharing_mode(endpoints: list) -> str:
+    """"share" or "split" for binding zshare / zsplit endpoints (all of one scheme); ValueError else."""
+    schemes = {e.scheme for e in endpoints}
+    if not schemes <= {"zshare", "zsplit"} or len(schemes) != 1:
+        raise ValueError(f"a sharing server binds zshare:// or zsplit:// URLs, one scheme at a time, got "
+                         f"{[e.url for e in endpoints]}")
+    return "share" if schemes == {"zshare"} else "split"
+
+
+class Hub:
+    """A ShareServer bound to `url` (zshare/zsplit, brace-expanded) whose input is an ipc socket that
+    serving workers push to. `options`: ShareServer's (min_consumers, replay, policy, liveness,
+    secure)."""
+
+    def __init__(self, url: Any, **options: Any):
+        endpoints = urls.parse_all(url)
+        mode = sharing_mode(endpoints)
+        self._dir = tempfile.mkdtemp(prefix="tc-hub-", dir="/tmp")
+        address = f"ipc://{os.path.join(self._dir, 'in')}"
+        self.worker_url = f"zpush+{address}"
+        self._context = sockets.acquire_context()
+        try:
+            self.server = ShareServer(endpoints, mode, address, context=self._context, input_hwm=INPUT_HWM,
+                                      **options)
+        except BaseException:
+            self._release()
+            raise
+        self.server.start()
+        self._finisher = None
+
+    @property
+    def addresses(self) -> list[str]:
+        return self.server.addresses
+
+    def finish(self, ends: int | None = None) -> None:
+        """End the stream once `ends` epochs have ended (None: after what has arrived)."""
+        import zmq
+
+        self._finisher = self._context.socket(zmq.PUSH)
+        self._finisher.linger = 1000
+        self._finisher.connect(self.worker_url.removeprefix("zpush+"))
+        fields = {} if ends is None else {"ends": ends}
+        self._finisher.send(envelope.encode("finish", **fields))
+
+    def close(self, timeout: float | None = None) -> dict:
+        """Wait (at most `timeout` s) until the consumers have everything, then release; the result
+        of ShareServer.wait. After an abort() the result counts what was not delivered."""
+        try:
+            return self.server.wait(timeout)
+        finally:
+            self._release()
+
+    def abort(self) -> dict:
+        """Stop at once (a worker failed, Ctrl-C); returns what was not delivered."""
+        self.server.stop.set()
+        return self.close()
+
+    def _release(self) -> None:
+        if self._finisher is not None:
+            self._finisher.close()
+            self._finisher = None
+        if self._context is not None:
+            sockets.release_context()
+            self._context = None
+        shutil.rmtree(self._dir, ignore_errors=True)

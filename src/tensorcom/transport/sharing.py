@@ -1,0 +1,358 @@
+"""Who gets which batch in the sharing schemes: the delivery rules of a `zshare` / `zsplit` server,
+without sockets (no zmq import), so every rule is testable with plain values.
+
+The server feeds a book the stream it serves and the consumers' messages, and sends what it says:
+
+    book.join(peer, name, credit) -> Welcome       a consumer joined (credit: its prefetch depth)
+    book.ack(peer, upto)                           it consumed its deliveries 1..upto
+    book.remove(peer)                              it left or died (split: its batches go to others)
+    book.can_take()                                may the server take the next item of its stream?
+    book.add(item)                                 the next item: a batch or an epoch's end
+    book.sends() -> [Send]                         what to send now, within every consumer's credit
+    book.done()                                    the stream has ended and everything was consumed
+
+Credit: a consumer joins with `credit` (its prefetch depth) and acknowledges each batch when it hands
+it to its caller; a server never has more than `credit` unacknowledged batches out to one consumer, so
+memory is bounded on both sides whatever the speeds. Deliveries are numbered 1, 2, ... per consumer
+(batches only; epoch ends need no credit); acknowledgements are cumulative.
+
+Share mode (`ShareBook`): every consumer gets every item in stream order. Items live in a replay
+buffer of at most `replay` items; the server takes a new item only when the buffer has room or its
+oldest item is no longer needed (sent to and acknowledged by every consumer), so it paces to the
+slowest consumer. With policy "detach" a consumer that holds the oldest item of a full buffer is
+detached instead (`take_detached()`), so the others go on. A consumer that joins mid-epoch starts at
+the oldest buffered item of the current epoch (the epoch's first batch when it is still buffered) and
+its Welcome says which (epoch, position).
+
+Split mode (`SplitBook`): each batch goes to exactly one consumer, the one with the most free credit.
+At the end of an epoch the server waits until every batch of the epoch is acknowledged, then sends the
+end to every consumer and only then starts the next epoch. Batches a removed consumer had not
+acknowledged go back to the front of the queue, so the union over consumers is every batch, once.
+
+Both: nothing is taken from the stream before `min_consumers` consumers have joined.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+POLICIES = ("pace", "detach")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item of the served stream: a batch (`frames`: its wire message) or the end of an epoch
+    (`frames` None). `index` counts items from 0 over the stream's life; `pos` is the batch's position
+    in its epoch (for an end: the number of batches of the epoch)."""
+
+    index: int
+    epoch: int
+    pos: int
+    frames: Any = None
+    samples: int = 0
+    nbytes: int = 0
+
+    @property
+    def is_end(self) -> bool:
+        return self.frames is None
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """What a joining consumer is told: the mode, where it starts (epoch, position in it)."""
+
+    mode: str
+    epoch: int
+    pos: int
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send `item` to `peer`; `number` is the delivery number of a batch (0 for an epoch's end)."""
+
+    peer: Any
+    item: Item
+    number: int
+
+
+@dataclass
+class Consumer:
+    """A joined consumer as the book sees it: its credit, deliveries and acknowledgements, and what
+    the server reports of it (position, rate)."""
+
+    peer: Any
+    name: str
+    credit: int
+    sent: int = 0  # batches delivered (the last delivery number)
+    acked: int = 0  # batches acknowledged
+    unacked: deque = field(default_factory=deque)  # (number, item) of delivered, unacknowledged batches
+    cursor: int = 0  # share mode: index of the next item to send
+    samples: int = 0  # samples acknowledged
+    position: tuple[int, int] = (0, 0)  # (epoch, pos) of the last item sent
+    joined: float = field(default_factory=time.monotonic)
+
+    @property
+    def free(self) -> int:
+        """Credit not in use: batches the server may still send now."""
+        return self.credit - (self.sent - self.acked)
+
+    def deliver(self, item: Item) -> Send:
+        """Record sending `item` to this consumer and return the Send."""
+        self.position = (item.epoch, item.pos)
+        if item.is_end:
+            return Send(self.peer, item, 0)
+        self.sent += 1
+        self.unacked.append((self.sent, item))
+        return Send(self.peer, item, self.sent)
+
+    def ack(self, upto: int) -> list[Item]:
+        """Acknowledge deliveries up to `upto` (ignoring stale or future numbers); returns the items."""
+        done = []
+        while self.unacked and self.unacked[0][0] <= min(upto, self.sent):
+            done.append(self.unacked.popleft()[1])
+        self.acked = max(self.acked, min(upto, self.sent))
+        self.samples += sum(item.samples for item in done)
+        return done
+
+    def report(self, head: int | None = None) -> dict:
+        """Position, lag (items behind the stream's head, share mode), rate and credit, for reports."""
+        seconds = max(time.monotonic() - self.joined, 1e-9)
+        return {"name": self.name, "epoch": self.position[0], "pos": self.position[1],
+                "lag": None if head is None else max(head - self.cursor, 0), "acked": self.acked,
+                "samples_per_s": self.samples / seconds, "credit": self.credit, "free": self.free}
+
+
+def _check_positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+class _Book:
+    """What both modes share: consumers, the min_consumers gate, the stream's epoch count."""
+
+    mode = ""
+
+    def __init__(self, *, min_consumers: int = 1, replay: int = 16):
+        self.min_consumers = _check_positive("min_consumers", min_consumers)
+        self.replay = _check_positive("replay", replay)
+        self.consumers: dict[Any, Consumer] = {}
+        self.started = False  # min_consumers reached once: the stream flows from then on
+        self.epoch = 0  # the epoch of the next batch taken from the stream
+        self.pos = 0  # its position in that epoch
+        self.ended = False  # the stream has no more items
+        self.lost_batches = 0  # batches that a removed consumer still had unacknowledged (share mode)
+
+    def _gate_open(self) -> bool:
+        if not self.started and len(self.consumers) >= self.min_consumers:
+            self.started = True
+        return self.started
+
+    def _new_consumer(self, peer: Any, name: str, credit: int) -> Consumer:
+        if peer in self.consumers:
+            raise ValueError(f"consumer {peer!r} joined twice")
+        consumer = Consumer(peer, name, _check_positive("credit", credit))
+        self.consumers[peer] = consumer
+        self._gate_open()
+        return consumer
+
+    def ack(self, peer: Any, upto: int) -> None:
+        """A consumer's cumulative acknowledgement (unknown peers are ignored: e.g. a stale session's)."""
+        consumer = self.consumers.get(peer)
+        if consumer is not None:
+            consumer.ack(upto)
+
+    def end_stream(self) -> None:
+        """No more items will be added."""
+        self.ended = True
+
+    def reports(self) -> list[dict]:
+        return [c.report(self.head_index()) for c in self.consumers.values()]
+
+    def head_index(self) -> int | None:
+        return None
+
+
+class ShareBook(_Book):
+    """Share mode: every consumer gets every item (module docstring)."""
+
+    mode = "share"
+
+    def __init__(self, *, min_consumers: int = 1, replay: int = 16, policy: str = "pace"):
+        super().__init__(min_consumers=min_consumers, replay=replay)
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self.buffer: deque[Item] = deque()
+        self.head = 0  # index of the next item to be added
+        self.epoch_start = 0  # index of the first item of the current (newest) epoch
+        self.detached: list[tuple[Any, str]] = []
+
+    def head_index(self) -> int:
+        return self.head
+
+    def join(self, peer: Any, name: str, credit: int) -> Welcome:
+        """Add a consumer; it starts at the oldest buffered item of the current epoch."""
+        consumer = self._new_consumer(peer, name, credit)
+        base = self.buffer[0].index if self.buffer else self.head
+        consumer.cursor = max(self.epoch_start, base)
+        first = self.buffer[consumer.cursor - base] if consumer.cursor < self.head else None
+        epoch, pos = (first.epoch, first.pos) if first is not None else (self.epoch, self.pos)
+        consumer.position = (epoch, pos)
+        return Welcome(self.mode, epoch, pos)
+
+    def remove(self, peer: Any) -> None:
+        """Forget a consumer that left or died; count what it had not acknowledged."""
+        consumer = self.consumers.pop(peer, None)
+        if consumer is not None:
+            self.lost_batches += len(consumer.unacked)
+
+    def _needed_from(self, consumer: Consumer) -> int:
+        """The lowest item index this consumer still needs (unsent or unacknowledged)."""
+        return consumer.unacked[0][1].index if consumer.unacked else consumer.cursor
+
+    def _front_free(self) -> bool:
+        front = self.buffer[0].index
+        return all(self._needed_from(c) > front for c in self.consumers.values())
+
+    def can_take(self) -> bool:
+        """True when a new item may be added: the stream flows, and the buffer has room or its front
+        is consumed by everyone. With policy "detach", consumers that block a full buffer are
+        detached here (see take_detached)."""
+        if self.ended or not self._gate_open():
+            return False
+        if len(self.buffer) < self.replay or self._front_free():
+            return True
+        if self.policy == "detach":
+            front = self.buffer[0].index
+            for peer, consumer in list(self.consumers.items()):
+                if self._needed_from(consumer) <= front:
+                    self.remove(peer)
+                    self.detached.append((peer, f"fell {self.replay} batches behind the stream (policy detach)"))
+            return self._front_free()
+        return False
+
+    def take_detached(self) -> list[tuple[Any, str]]:
+        """Consumers detached since the last call, with the reason to tell them."""
+        detached, self.detached = self.detached, []
+        return detached
+
+    def add(self, item: Item) -> None:
+        """Append the stream's next item (its index must be `head`); drop the front when over `replay`."""
+        if item.index != self.head:
+            raise ValueError(f"item {item.index} added where item {self.head} was expected")
+        self.buffer.append(item)
+        self.head += 1
+        if item.is_end:
+            self.epoch, self.pos, self.epoch_start = item.epoch + 1, 0, self.head
+        else:
+            self.epoch, self.pos = item.epoch, item.pos + 1
+        while len(self.buffer) > self.replay and self._front_free():
+            self.buffer.popleft()
+
+    def sends(self) -> list[Send]:
+        """Everything that may be sent now: each consumer's next items, batches within its credit."""
+        result = []
+        base = self.buffer[0].index if self.buffer else self.head
+        for consumer in self.consumers.values():
+            while consumer.cursor < self.head:
+                item = self.buffer[consumer.cursor - base]
+                if not item.is_end and consumer.free <= 0:
+                    break
+                result.append(consumer.deliver(item))
+                consumer.cursor += 1
+        return result
+
+    def done(self) -> bool:
+        """The stream ended and every consumer has had and acknowledged all of it."""
+        return self.ended and all(c.cursor == self.head and not c.unacked for c in self.consumers.values())
+
+    def undelivered(self) -> dict[str, int]:
+        """Per consumer name: batches not yet acknowledged (sent or not)."""
+        base = self.buffer[0].index if self.buffer else self.head
+        result = {}
+        for c in self.consumers.values():
+            unsent = sum(1 for item in list(self.buffer)[max(c.cursor - base, 0):] if not item.is_end)
+            if unsent + len(c.unacked):
+                result[c.name] = unsent + len(c.unacked)
+        return result
+
+
+class SplitBook(_Book):
+    """Split mode: each batch goes to exactly one consumer (module docstring)."""
+
+    mode = "split"
+
+    def __init__(self, *, min_consumers: int = 1, replay: int = 16):
+        super().__init__(min_consumers=min_consumers, replay=replay)
+        self.pending: deque[Item] = deque()  # batches not yet sent (or sent to a consumer now gone)
+        self.closing: Item | None = None  # the current epoch's end, once the stream reached it
+        self.reassigned = 0  # batches sent again after their consumer was removed
+
+    def join(self, peer: Any, name: str, credit: int) -> Welcome:
+        consumer = self._new_consumer(peer, name, credit)
+        consumer.position = (self.epoch, self.pos)
+        return Welcome(self.mode, self.epoch, self.pos)
+
+    def remove(self, peer: Any) -> None:
+        """Forget a consumer; its unacknowledged batches go back to the front of the queue."""
+        consumer = self.consumers.pop(peer, None)
+        if consumer is None:
+            return
+        returned = [item for _, item in consumer.unacked]
+        self.reassigned += len(returned)
+        self.pending.extendleft(reversed(returned))
+
+    def can_take(self) -> bool:
+        """True when the next item may be added: the stream flows, the epoch is not closing, and
+        fewer than `replay` batches wait unsent."""
+        return (not self.ended and self._gate_open() and self.closing is None
+                and len(self.pending) < self.replay)
+
+    def add(self, item: Item) -> None:
+        if item.is_end:
+            self.closing = item
+            self.epoch, self.pos = item.epoch + 1, 0
+        else:
+            self.pending.append(item)
+            self.epoch, self.pos = item.epoch, item.pos + 1
+
+    def _outstanding(self) -> int:
+        return sum(len(c.unacked) for c in self.consumers.values())
+
+    def sends(self) -> list[Send]:
+        """Pending batches to the consumers with the most free credit; the epoch's end to everyone
+        once all of its batches are acknowledged."""
+        result = []
+        while self.pending and self.consumers:
+            consumer = max(self.consumers.values(), key=lambda c: (c.free, -c.sent))
+            if consumer.free <= 0:
+                break
+            result.append(consumer.deliver(self.pending.popleft()))
+        if self.closing is not None and not self.pending and self.consumers and not self._outstanding():
+            result.extend(c.deliver(self.closing) for c in self.consumers.values())
+            self.closing = None
+        return result
+
+    def done(self) -> bool:
+        return self.ended and self.closing is None and not self.pending and not self._outstanding()
+
+    def undelivered(self) -> dict[str, int]:
+        """Batches not acknowledged by anyone: pending ones under "(nobody)", the rest per consumer."""
+        result = {c.name: len(c.unacked) for c in self.consumers.values() if c.unacked}
+        if self.pending:
+            result["(nobody)"] = len(self.pending)
+        return result
+
+
+def make_book(mode: str, **options: Any) -> ShareBook | SplitBook:
+    """The book of `mode` ("share" or "split") with `options` (min_consumers, replay; policy for share)."""
+    if mode == "share":
+        return ShareBook(**options)
+    if mode == "split":
+        options.pop("policy", None)
+        return SplitBook(**options)
+    raise ValueError(f"mode must be 'share' or 'split', got {mode!r}")

@@ -1,0 +1,57 @@
+"""Rebatching (tensorcom.transport.rebatch): the same samples, in order, in batches of another size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorcom.transport.rebatch import Rebatcher
+
+
+def batches(sizes, start=0):
+    out = []
+    for n in sizes:
+        ids = np.arange(start, start + n)
+        out.append({"x": np.stack([ids, ids * 10], axis=1), "id": [int(i) for i in ids]})
+        start += n
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 3, 4, 7, 64])
+@pytest.mark.parametrize("sizes", [[4, 4, 4, 4, 2], [5], [1, 9, 3]])
+def test_same_samples_same_order(size, sizes):
+    rebatcher = Rebatcher(size)
+    out = []
+    for batch in batches(sizes):
+        rebatcher.push(batch)
+        while (got := rebatcher.pop()[0]) is not None:
+            out.append(got)
+    last = rebatcher.flush()[0]
+    if last is not None:
+        out.append(last)
+    assert all(len(b["id"]) == size for b in out[:-1]) and 0 < len(out[-1]["id"]) <= size
+    ids = [i for b in out for i in b["id"]]
+    assert ids == list(range(sum(sizes)))
+    np.testing.assert_array_equal(np.concatenate([b["x"] for b in out])[:, 1], np.arange(sum(sizes)) * 10)
+
+
+def test_list_batches_keep_their_type_and_tokens_say_what_was_used():
+    rebatcher = Rebatcher(3)
+    rebatcher.push([np.arange(2), ("a", "b")], token="first")
+    assert rebatcher.pop() == (None, [])
+    rebatcher.push([np.arange(2, 4), ("c", "d")], token="second")
+    batch, done = rebatcher.pop()
+    assert isinstance(batch, list) and batch[1] == ("a", "b", "c") and done == ["first"]
+    batch, done = rebatcher.flush()
+    assert batch[1] == ("d",) and done == ["second"]
+    assert rebatcher.flush() == (None, [])
+
+
+def test_refuses_what_cannot_be_divided():
+    rebatcher = Rebatcher(2)
+    with pytest.raises(ValueError, match="'name'"):
+        rebatcher.push({"x": np.zeros((4, 2)), "name": "one string for the whole batch"})
+    with pytest.raises(ValueError, match="'y'"):
+        rebatcher.push({"x": np.zeros((4, 2)), "y": np.zeros(3)})
+    with pytest.raises(ValueError, match="batch_size"):
+        Rebatcher(0)
