@@ -361,8 +361,12 @@ def test_bind_conflict_and_bad_arguments(free_port):
         Connection("zpull://nowhere")
     with pytest.raises(ValueError, match="PUSH"):
         Connection([url, f"zpush://127.0.0.1:{free_port()}"])
-    with pytest.raises(TransportError, match="sharing"):
-        Connection("zjoin://127.0.0.1:1")
+    with pytest.raises(ValueError, match="mixed"):
+        Connection(["zjoin://127.0.0.1:1", url])
+    with pytest.raises(ValueError, match="credit"):
+        Connection("zjoin://127.0.0.1:1", credit=0)
+    with pytest.raises(ValueError, match="policy"):
+        Connection(f"zshare://127.0.0.1:{free_port()}", policy="drop")
     for bad in ({"protocol": 3}, {"timeout": -1}, {"epoch": 0}, {"group_size": 0}, {"converters": "jax"}):
         with pytest.raises(ValueError):
             Connection(**bad)

@@ -213,6 +213,14 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
     add_quiet_argument(parser, "rate reports (as -r 0)")
     parser.add_argument("--resume", metavar="FILE",
                         help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
+    sharing = parser.add_argument_group("sharing (zshare:// and zsplit:// URLs)")
+    sharing.add_argument("--min-consumers", type=positive_int, default=1, metavar="K",
+                         help="wait for K consumers to join before the first batch (default 1)")
+    sharing.add_argument("--replay", type=positive_int, default=None, metavar="N",
+                         help="batches the server keeps for slow and late consumers (default 16)")
+    sharing.add_argument("--policy", choices=["pace", "detach"], default=None,
+                         help="zshare: wait for the slowest consumer (pace, the default) or detach a consumer "
+                              "that falls a whole replay buffer behind")
 
 
 def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
@@ -220,8 +228,14 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
     with `workers` publisher processes (None: one per binding URL, else 1)."""
     from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
 
+    options: dict = {"resume": args.resume}
+    sharing = {key: value for key, value in (("replay", args.replay), ("policy", args.policy)) if value is not None}
+    if args.min_consumers != 1:
+        options["min_consumers"] = args.min_consumers
+    if sharing:
+        options["sharing"] = sharing
     return ServePlan(args.urls or [DEFAULT_URL], workers=workers, epochs=args.epochs or None, count=args.count,
-                     report=None if args.quiet else args.report or None, options={"resume": args.resume})
+                     report=None if args.quiet else args.report or None, options=options)
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:

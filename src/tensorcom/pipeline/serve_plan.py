@@ -38,7 +38,10 @@ class ServePlan:
         """The number of publisher processes; ValueError (naming the URL) when the URLs cannot work
         with `workers` (a binding URL per publisher, connecting URLs for any number, sending schemes)."""
         from tensorcom.pipeline.serving import assign_urls
+        from tensorcom.pipeline.shared_serving import is_sharing
 
+        if is_sharing(self.urls or [DEFAULT_URL]):
+            return self.workers or 1  # they push to the sharing server, which binds the URLs
         return len(assign_urls(self.urls or [DEFAULT_URL], self.workers)[0])
 
     def limited(self, target: Any) -> tuple[Any, int | None]:

@@ -50,6 +50,7 @@ from tensorcom.pipeline._loop import join_or_kill, one_task, worker_loop
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.function_spec import load_function
+from tensorcom.pipeline.shared_serving import consumer_lines, finish_hub, open_hub
 from tensorcom.pipeline.workers import check_picklable
 from tensorcom.progress import RateWindow
 from tensorcom.transport.batches import batch_size
@@ -97,8 +98,8 @@ def assign_urls(urls: Any, workers: int | None) -> tuple[list[list[str]], bool]:
         if not e.sends:
             raise ValueError(f"{e.url}: serve sends batches; use a sending scheme (zpush, zrpush, zpub, zrpub)")
         if e.sharing:
-            raise ValueError(f"{e.url}: {e.scheme}:// is the sharing protocol; serve sends with Connection "
-                             "schemes (zpush, zrpush, zpub, zrpub)")
+            raise ValueError(f"{e.url}: {e.scheme}:// URLs are served through a sharing server (serve() "
+                             "starts one); workers send with zpush, zrpush, zpub or zrpub")
         if e.transport == "inproc":
             raise ValueError(f"{e.url}: inproc URLs only work inside one process; serve's workers are "
                              "processes, so use ipc:// or tcp://")
@@ -226,7 +227,8 @@ def serve_share(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[
 class _Supervisor:
     """The parent's side: starts the workers, reads their messages, reports, and stops them."""
 
-    def __init__(self, report: float | None, on_report: Callable[[dict], None] | None):
+    def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
+        self.hub = hub  # a sharing server: its consumers' reports join the rate lines
         self.ctx = multiprocessing.get_context("spawn")
         self.messages = self.ctx.Queue()
         self.stop = self.ctx.Event()
@@ -308,12 +310,15 @@ class _Supervisor:
         if not force and time.monotonic() - self.last_time < self.report:
             return
         stats = self.stats()
+        if self.hub is not None:
+            stats["consumers"] = self.hub.server.status
         if self.on_report is not None:
             self.on_report(stats)
         else:
-            print(f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
-                  f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)",
-                  file=sys.stderr, flush=True)
+            lines = [f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
+                     f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)",
+                     *consumer_lines(stats.get("consumers", []))]
+            print("\n".join(lines), file=sys.stderr, flush=True)
         self.last_time = time.monotonic()
 
     def close(self) -> None:
@@ -328,8 +333,10 @@ class _Supervisor:
 
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
-          connection_options: dict | None = None, linger: float = DEFAULT_LINGER, resume: Any = None) -> dict:
-    """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring).
+          connection_options: dict | None = None, linger: float = DEFAULT_LINGER, resume: Any = None,
+          min_consumers: int = 1, sharing: dict | None = None) -> dict:
+    """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
+    and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
     pipeline: Pipeline, "module:function", or callable returning a Pipeline. workers: default one per
     binding URL, else 1. epochs: how many epochs (None: forever), numbered from `first_epoch`.
@@ -340,26 +347,45 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout);
     allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
     linger: seconds a finished worker lets its last queued messages leave before it closes.
-    Returns {"batches", "samples", "seconds", ...} when every worker has finished; raises WorkerError /
-    WorkerDied when one fails.
+    min_consumers (sharing URLs): wait for that many consumers before the first batch; sharing:
+    further options of the sharing server (replay, policy, liveness).
+    Returns {"batches", "samples", "seconds", ...} when every worker has finished (and, sharing, every
+    consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
+    TransportError when a sharing server could not deliver everything.
     """
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
         raise ValueError(f"epochs must be a positive integer or None, got {epochs!r}")
     check_spec(pipeline)
+    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing)
+    try:
+        return _serve_to(pipeline, hub.worker_url if hub else urls, hub, workers=workers, epochs=epochs,
+                         first_epoch=first_epoch, report=report, on_report=on_report,
+                         connection_options=connection_options, linger=linger, resume=resume)
+    except BaseException:
+        if hub is not None:
+            hub.abort()
+        raise
+
+
+def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
+              report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
+              linger: float, resume: Any) -> dict:
+    """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None)."""
     assigned, binds = assign_urls(urls, workers)
     plan = _resume_plan(resume, len(assigned), first_epoch, epochs)
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
     job = ServeJob(pipeline, assigned, None if binds else plan.stream, 1 if binds else plan.workers, options,
                    None if epochs is None else first_epoch + epochs - plan.epoch, plan)
-    supervisor = _Supervisor(report, on_report)
+    supervisor = _Supervisor(report, on_report, hub)
     try:
         supervisor.launch(lambda i: (job, i, supervisor.messages, supervisor.stop, supervisor.barrier,
                                      os.getpid()), plan.workers)
         supervisor.wait()
+        delivered = {} if hub is None else finish_hub(hub, job.epochs)
         supervisor.maybe_report(force=True)
-        return supervisor.stats(overall=True)
+        return {**supervisor.stats(overall=True), **({"consumers": delivered["consumers"]} if hub else {})}
     finally:
         supervisor.close()
 

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator
 from tensorcom import settings, urls, wire
 from tensorcom.errors import DecodeError, TransportError
 from tensorcom.transport import _sockets as sockets
+from tensorcom.transport._sharing_side import SharingSide
 from tensorcom.transport.batches import batch_size, listify, prepare_batch, resolve_converters, transform_with
 from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
 from tensorcom.transport.resume import Consumption, save_state
@@ -62,7 +63,7 @@ def _check_options(protocol: Any, timeout: Any, group: Any) -> None:
         raise TypeError(f"group must be a str or None, got {group!r}")
 
 
-class Connection:
+class Connection(SharingSide):
     """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
 
     0.1 arguments: url (str, brace-expanded unless noexpand, or a list), epoch (len(conn), and the most
@@ -77,6 +78,10 @@ class Connection:
     settings.max_message_size()), group / group_size (carried by end-of-epoch markers), senders (groups
     expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)), share (a
     wire.Share (stream, worker, workers) sent with every protocol-2 message; tensorcom.serve sets it).
+    Sharing schemes (docs/transport.md, "One pipeline, many jobs"): a zshare/zsplit server takes
+    min_consumers (wait for that many before the first batch), replay (batches kept for slow and late
+    consumers) and policy ("pace" or "detach"); a zjoin consumer takes credit (batches prefetched),
+    batch_size (rebatch to this many samples) and observe (status reports only).
     """
 
     def __init__(self, url: Any = None, epoch: int = 100000, total: int = -1, multipart: bool = True,
@@ -85,7 +90,10 @@ class Connection:
                  report: int = -1, stats_horizon: int = 1000, noexpand: bool = False, *,
                  timeout: float | None = None, sndhwm: int = DEFAULT_HWM, rcvhwm: int = DEFAULT_HWM,
                  protocol: int = 2, max_message_size: int | None = None, group: str | None = None,
-                 group_size: int = 1, senders: int = 1, topic: str = "", share: wire.Share | None = None):
+                 group_size: int = 1, senders: int = 1, topic: str = "", share: wire.Share | None = None,
+                 min_consumers: int = 1, replay: int | None = None, policy: str | None = None,
+                 credit: int | None = None, batch_size: int | None = None, observe: bool = False,
+                 liveness: float | None = 10.0):
         _check_options(protocol, timeout, group)
         self.epoch, self.total = _check_int("epoch", epoch, 1), total
         self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
@@ -104,6 +112,10 @@ class Connection:
             self._timeout_hint = (f" (a message with a frame over max_message_size={limit} bytes is "
                                   "refused by ZeroMQ and never arrives)")
         self.stats = Statistics(stats_horizon)
+        self.liveness = liveness
+        self.sharing = {k: v for k, v in (("min_consumers", min_consumers), ("replay", replay), ("policy", policy),
+                                          ("credit", credit), ("batch_size", batch_size), ("observe", observe))
+                        if v is not None}
         self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.socket = None
         self.endpoints: list[urls.Endpoint] = []
@@ -133,7 +145,10 @@ class Connection:
         list); `topic` is the subscription for SUB endpoints without their own `#topic`."""
         if self._closed:
             raise TransportError("connect on a closed Connection", str(url))
-        endpoints = [sockets.endpoint_for(e, topic) for e in urls.parse_all(url, self.noexpand)]
+        parsed = urls.parse_all(url, self.noexpand)
+        if any(e.sharing for e in parsed):
+            return self._connect_sharing(parsed)
+        endpoints = [sockets.endpoint_for(e, topic) for e in parsed]
         for endpoint in endpoints:
             sockets.check_compatible(endpoint, self.endpoints + endpoints)
         for endpoint in endpoints:
@@ -158,6 +173,12 @@ class Connection:
         if self._closed:
             return
         self._closed = True
+        if self._server is not None or self._joiner is not None:
+            try:
+                self._close_sharing(linger)
+            finally:
+                sockets.release_context()
+            return
         if linger is None:
             linger = SEND_LINGER if self.endpoints and self.endpoints[0].sends else 0.0
         if self.socket is not None:
@@ -263,11 +284,13 @@ class Connection:
             error.index = exc.index
             raise error from exc
 
-    def _accept(self, message: Any) -> Any:
-        """Account for a received batch message and return its batch, transformed and converted."""
-        self._tracker.batch(message.sender, message.seq)
-        self.stats.dropped = self._tracker.dropped
-        self._epochs.delivered(message)
+    def _accept(self, message: Any, track: bool = True) -> Any:
+        """Account for a received batch message and return its batch, transformed and converted.
+        `track`: count it in the sequence tracker and epoch book (not for zjoin, whose server decides)."""
+        if track:
+            self._tracker.batch(message.sender, message.seq)
+            self.stats.dropped = self._tracker.dropped
+            self._epochs.delivered(message)
         batch = message.batch
         if isinstance(batch, tuple):
             batch = list(batch)
@@ -311,6 +334,8 @@ class Connection:
     def _next_batch(self) -> Any:
         """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the
         epoch; markers that do not complete it are recorded and skipped."""
+        if self._joiner is not None:
+            return self._next_joined(EPOCH_END)
         while True:
             message = self._next_message()
             if self.raw:

@@ -52,6 +52,14 @@ def _samples(batch: Any) -> int:
         return 0
 
 
+def check_delivered(result: dict, url: str) -> None:
+    """TransportError naming the consumers and counts of a wait() result's "undelivered", if any."""
+    undelivered = result.get("undelivered") or {}
+    if undelivered:
+        what = ", ".join(f"{name}: {count}" for name, count in sorted(undelivered.items()))
+        raise TransportError(f"{sum(undelivered.values())} batches were not delivered ({what})", url)
+
+
 class ShareServer:
     """A sharing server thread (module docstring). `endpoints`: the binding zshare/zsplit Endpoints;
     `mode`: "share" or "split"; `input_address`: where the thread binds its PULL input (inproc or

@@ -1,0 +1,60 @@
+"""`tensorcom.serve` to the sharing schemes: with `zshare://` or `zsplit://` URLs the serving process
+runs the sharing server (`tensorcom.transport.hub.Hub`) and its N workers push their shares to it, so
+one pipeline feeds every consumer that joins (`zjoin://`).
+
+    hub = open_hub(urls, min_consumers=2, sharing={"replay": 32})   # None for other schemes
+    ... workers send to hub.worker_url ...
+    finish_hub(hub, ends=epochs)         # waits until the consumers have everything; raises
+                                         # TransportError naming what was not delivered
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorcom.urls import parse_all
+
+
+def is_sharing(urls: Any) -> bool:
+    """True when `urls` are sharing-server URLs (zshare / zsplit); ValueError for a mix with others."""
+    endpoints = parse_all(urls)
+    sharing = [e for e in endpoints if e.sharing]
+    if sharing and len(sharing) != len(endpoints):
+        raise ValueError(f"serve URLs are either all sharing (zshare, zsplit) or none: {[e.url for e in endpoints]}")
+    for e in sharing:
+        if not e.sends:
+            raise ValueError(f"{e.url}: a server binds zshare:// or zsplit://; zjoin:// is the consumers' side")
+    return bool(sharing)
+
+
+def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None) -> Any:
+    """The running Hub for sharing `urls`, or None for other schemes. `sharing`: further ShareServer
+    options (replay, policy, liveness)."""
+    if not is_sharing(urls):
+        if min_consumers != 1 or sharing:
+            raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
+        return None
+    from tensorcom.transport.hub import Hub
+
+    return Hub(urls, min_consumers=min_consumers, **(sharing or {}))
+
+
+def finish_hub(hub: Any, ends: int | None) -> dict:
+    """Let the hub's stream end after `ends` epochs and wait until every consumer has everything;
+    returns its result, or raises TransportError when batches were not delivered."""
+    from tensorcom.transport.share_server import check_delivered
+
+    hub.finish(ends)
+    result = hub.close()
+    check_delivered(result, hub.server.url)
+    return result
+
+
+def consumer_lines(reports: list[dict]) -> list[str]:
+    """One line per consumer of a sharing server's status: position, lag, rate and credit."""
+    lines = []
+    for r in reports:
+        lag = "" if r.get("lag") is None else f", lag {r['lag']}"
+        lines.append(f"  consumer {r['name']}: epoch {r['epoch']} batch {r['pos']}{lag}, "
+                     f"{r['samples_per_s']:.1f} samples/s, credit {r['free']}/{r['credit']}")
+    return lines
