@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 DEFAULT_MAX_MESSAGE_SIZE = 1 << 31  # 2 GiB: receivers refuse anything larger
+DEFAULT_MAX_PLAIN_VALUES = 1_000_000  # msgpack objects in one message's metadata (about 100 MB decoded)
 
 
 def _int_variable(name: str, default: int) -> int:
@@ -44,6 +45,16 @@ def max_message_size() -> int:
     return _int_variable("TENSORCOM_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE)
 
 
+def max_plain_values() -> int:
+    """Most msgpack objects (plain values, containers, map keys, array references) a receiver decodes
+    from one message's metadata: $TENSORCOM_MAX_PLAIN_VALUES or 1,000,000; ValueError naming the
+    variable when it is not a positive integer (docs/protocol.md 6)."""
+    value = _int_variable("TENSORCOM_MAX_PLAIN_VALUES", DEFAULT_MAX_PLAIN_VALUES)
+    if value < 1:
+        raise ValueError(f"$TENSORCOM_MAX_PLAIN_VALUES must be a positive integer, got {value}")
+    return value
+
+
 def s3_endpoint_url() -> str | None:
     """Endpoint of an S3-compatible store: $AWS_ENDPOINT_URL_S3, else $AWS_ENDPOINT_URL, else None (AWS)."""
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
@@ -68,3 +79,25 @@ def progress_interval() -> float:
     if value <= 0:
         raise ValueError(f"$TENSORCOM_PROGRESS_INTERVAL must be positive, got {text!r}")
     return value
+
+
+def _path_variable(name: str) -> Path | None:
+    """$name as a Path (a leading ~ expanded), None when unset or empty."""
+    text = os.environ.get(name, "").strip()
+    return Path(text).expanduser() if text else None
+
+
+def curve_secret() -> Path | None:
+    """This side's CURVE key pair file (NAME.key_secret, from `tensorcom keys`): $TENSORCOM_CURVE_SECRET."""
+    return _path_variable("TENSORCOM_CURVE_SECRET")
+
+
+def curve_server() -> Path | None:
+    """The CURVE public key file of the server a receiver accepts data from: $TENSORCOM_CURVE_SERVER."""
+    return _path_variable("TENSORCOM_CURVE_SERVER")
+
+
+def curve_clients() -> Path | None:
+    """Directory of the public key files (*.key) of the only clients a CURVE server accepts:
+    $TENSORCOM_CURVE_CLIENTS."""
+    return _path_variable("TENSORCOM_CURVE_CLIENTS")
