@@ -213,6 +213,9 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
     add_quiet_argument(parser, "rate reports (as -r 0)")
     parser.add_argument("--resume", metavar="FILE",
                         help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
+    from tensorcom.transport.security import add_curve_arguments
+
+    add_curve_arguments(parser, serving=True)
     sharing = parser.add_argument_group("sharing (zshare:// and zsplit:// URLs)")
     sharing.add_argument("--min-consumers", type=positive_int, default=1, metavar="K",
                          help="wait for K consumers to join before the first batch (default 1)")
@@ -227,8 +230,12 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
     """The ServePlan of a server's parsed command line (URLs, the options of `add_serving_arguments`)
     with `workers` publisher processes (None: one per binding URL, else 1)."""
     from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
+    from tensorcom.transport.security import curve_from_args
 
     options: dict = {"resume": args.resume}
+    curve = curve_from_args(args, serving=True)
+    if curve is not None:
+        options["curve"] = curve
     sharing = {key: value for key, value in (("replay", args.replay), ("policy", args.policy)) if value is not None}
     if args.min_consumers != 1:
         options["min_consumers"] = args.min_consumers
@@ -244,10 +251,15 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"where to receive from (brace expansion works; default {DEFAULT_SOURCE_URL})")
     parser.add_argument("--timeout", type=seconds, default=None, metavar="S",
                         help="give up (exit 2) after S seconds without a batch; default: wait forever")
+    from tensorcom.transport.security import add_curve_arguments
+
+    add_curve_arguments(parser, serving=False)
 
 
 def open_source(args: argparse.Namespace, **kwargs) -> Connection:
     """A receiving Connection for the tool's URLs; malformed URLs raise URLError (exit 2)."""
     from tensorcom.transport.connection import Connection  # only the receiving tools need ZeroMQ
+    from tensorcom.transport.security import curve_from_args
 
-    return Connection(list(args.urls), timeout=args.timeout, allow64=True, **kwargs)
+    return Connection(list(args.urls), timeout=args.timeout, allow64=True, curve=curve_from_args(args, serving=False),
+                      **kwargs)

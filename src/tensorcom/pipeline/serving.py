@@ -334,7 +334,7 @@ class _Supervisor:
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
           connection_options: dict | None = None, linger: float = DEFAULT_LINGER, resume: Any = None,
-          min_consumers: int = 1, sharing: dict | None = None) -> dict:
+          min_consumers: int = 1, sharing: dict | None = None, curve: Any = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
@@ -348,7 +348,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
     linger: seconds a finished worker lets its last queued messages leave before it closes.
     min_consumers (sharing URLs): wait for that many consumers before the first batch; sharing:
-    further options of the sharing server (replay, policy, liveness).
+    further options of the sharing server (replay, policy, liveness). curve: CURVE keys for what the
+    consumers connect to (tensorcom.transport.security.Curve; default: $TENSORCOM_CURVE_*).
     Returns {"batches", "samples", "seconds", ...} when every worker has finished (and, sharing, every
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
     TransportError when a sharing server could not deliver everything.
@@ -358,7 +359,9 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
         raise ValueError(f"epochs must be a positive integer or None, got {epochs!r}")
     check_spec(pipeline)
-    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing)
+    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing, curve=curve)
+    if hub is None and curve is not None:
+        connection_options = {**(connection_options or {}), "curve": curve}
     try:
         return _serve_to(pipeline, hub.worker_url if hub else urls, hub, workers=workers, epochs=epochs,
                          first_epoch=first_epoch, report=report, on_report=on_report,

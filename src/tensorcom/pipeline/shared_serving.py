@@ -27,16 +27,16 @@ def is_sharing(urls: Any) -> bool:
     return bool(sharing)
 
 
-def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None) -> Any:
+def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None, curve: Any = None) -> Any:
     """The running Hub for sharing `urls`, or None for other schemes. `sharing`: further ShareServer
-    options (replay, policy, liveness)."""
+    options (replay, policy, liveness); `curve`: its CURVE keys (tensorcom.transport.security.Curve)."""
     if not is_sharing(urls):
         if min_consumers != 1 or sharing:
             raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         return None
     from tensorcom.transport.hub import Hub
 
-    return Hub(urls, min_consumers=min_consumers, **(sharing or {}))
+    return Hub(urls, curve=curve, min_consumers=min_consumers, **(sharing or {}))
 
 
 def finish_hub(hub: Any, ends: int | None) -> dict:

@@ -49,6 +49,8 @@ class SharingSide:
         except BaseException:
             self._abandon_sharing()
             raise
+        for endpoint in endpoints:
+            self._warn_if_exposed(endpoint)
         self.endpoints.extend(endpoints)
         self.addresses.extend(self._server.addresses if self._server else [e.zmq_address for e in endpoints])
 
@@ -70,12 +72,16 @@ class SharingSide:
         if self.socket is not None:
             self.socket.close(linger=0)
             self.socket = None
+        if self._joiner is not None:
+            self._joiner.close(leave=False)
+            self._joiner = None
+        self._release_security()
         sockets.release_context()
         self._context = None
 
     def _secure_socket(self, serving: bool) -> Any:
-        """A function applying this Connection's CURVE settings to a socket, or None."""
-        return None
+        """A function applying this Connection's CURVE settings to a socket (as server or client)."""
+        return lambda sock: self._secure(sock, serving)
 
     @property
     def consumers(self) -> list[dict]:

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator
 from tensorcom import settings, urls, wire
 from tensorcom.errors import DecodeError, TransportError
 from tensorcom.transport import _sockets as sockets
+from tensorcom.transport._secured import SecuredSockets
 from tensorcom.transport._sharing_side import SharingSide
 from tensorcom.transport.batches import batch_size, listify, prepare_batch, resolve_converters, transform_with
 from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
@@ -63,7 +64,7 @@ def _check_options(protocol: Any, timeout: Any, group: Any) -> None:
         raise TypeError(f"group must be a str or None, got {group!r}")
 
 
-class Connection(SharingSide):
+class Connection(SharingSide, SecuredSockets):
     """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
 
     0.1 arguments: url (str, brace-expanded unless noexpand, or a list), epoch (len(conn), and the most
@@ -82,6 +83,9 @@ class Connection(SharingSide):
     min_consumers (wait for that many before the first batch), replay (batches kept for slow and late
     consumers) and policy ("pace" or "detach"); a zjoin consumer takes credit (batches prefetched),
     batch_size (rebatch to this many samples) and observe (status reports only).
+    Security (docs/security.md): curve (a tensorcom.transport.security.Curve; default: the
+    $TENSORCOM_CURVE_* variables, none when unset) secures every socket with ZeroMQ CURVE.
+    Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive (ZMTP heartbeats).
     """
 
     def __init__(self, url: Any = None, epoch: int = 100000, total: int = -1, multipart: bool = True,
@@ -93,7 +97,7 @@ class Connection(SharingSide):
                  group_size: int = 1, senders: int = 1, topic: str = "", share: wire.Share | None = None,
                  min_consumers: int = 1, replay: int | None = None, policy: str | None = None,
                  credit: int | None = None, batch_size: int | None = None, observe: bool = False,
-                 liveness: float | None = 10.0):
+                 liveness: float | None = 10.0, curve: Any = None):
         _check_options(protocol, timeout, group)
         self.epoch, self.total = _check_int("epoch", epoch, 1), total
         self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
@@ -113,6 +117,8 @@ class Connection(SharingSide):
                                   "refused by ZeroMQ and never arrives)")
         self.stats = Statistics(stats_horizon)
         self.liveness = liveness
+        self.curve = curve  # a transport.security.Curve; None: from $TENSORCOM_CURVE_* when set
+        self._releases: list = []  # what security.secure returned, called after the sockets close
         self.sharing = {k: v for k, v in (("min_consumers", min_consumers), ("replay", replay), ("policy", policy),
                                           ("credit", credit), ("batch_size", batch_size), ("observe", observe))
                         if v is not None}
@@ -157,6 +163,8 @@ class Connection(SharingSide):
                 self.socket = sockets.make_socket(
                     self._context, endpoint.socket_type, sndhwm=self.sndhwm, rcvhwm=self.rcvhwm,
                     timeout=self.timeout, max_message_size=self.max_message_size)
+                self._secure(self.socket, endpoint.sends)
+            self._warn_if_exposed(endpoint)
             self.addresses.append(sockets.attach(self.socket, endpoint))
             self.endpoints.append(endpoint)
         self._epochs.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
@@ -177,6 +185,7 @@ class Connection(SharingSide):
             try:
                 self._close_sharing(linger)
             finally:
+                self._release_security()
                 sockets.release_context()
             return
         if linger is None:
@@ -184,6 +193,7 @@ class Connection(SharingSide):
         if self.socket is not None:
             self.socket.close(linger=int(max(linger, 0.0) * 1000))
             self.socket = None
+            self._release_security()
             sockets.release_context()
 
     def __enter__(self) -> "Connection":

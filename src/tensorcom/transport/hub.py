@@ -20,7 +20,7 @@ from typing import Any
 
 from tensorcom import urls
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport import envelope
+from tensorcom.transport import envelope, security
 from tensorcom.transport.share_server import ShareServer
 
 INPUT_HWM = 4  # worker messages queued in the hub before workers wait
@@ -37,11 +37,13 @@ def sharing_mode(endpoints: list) -> str:
 
 class Hub:
     """A ShareServer bound to `url` (zshare/zsplit, brace-expanded) whose input is an ipc socket that
-    serving workers push to. `options`: ShareServer's (min_consumers, replay, policy, liveness,
-    secure)."""
+    serving workers push to; `curve`: a security.Curve for its consumers (default: $TENSORCOM_CURVE_*).
+    `options`: ShareServer's (min_consumers, replay, policy, liveness)."""
 
-    def __init__(self, url: Any, **options: Any):
+    def __init__(self, url: Any, curve: Any = None, **options: Any):
         endpoints = urls.parse_all(url)
+        self._releases: list = []
+        self._curve = curve if curve is not None else security.curve_from(serving=True)
         mode = sharing_mode(endpoints)
         self._dir = tempfile.mkdtemp(prefix="tc-hub-", dir="/tmp")
         address = f"ipc://{os.path.join(self._dir, 'in')}"
@@ -49,7 +51,9 @@ class Hub:
         self._context = sockets.acquire_context()
         try:
             self.server = ShareServer(endpoints, mode, address, context=self._context, input_hwm=INPUT_HWM,
-                                      **options)
+                                      secure=self._secure, **options)
+            for endpoint in endpoints:
+                security.warn_if_exposed(endpoint, self._curve)
         except BaseException:
             self._release()
             raise
@@ -83,7 +87,13 @@ class Hub:
         self.server.stop.set()
         return self.close()
 
+    def _secure(self, sock: Any) -> None:
+        self._releases.append(security.secure(sock, self._curve, serving=True))
+
     def _release(self) -> None:
+        for release in self._releases:
+            release()
+        self._releases = []
         if self._finisher is not None:
             self._finisher.close()
             self._finisher = None
