@@ -1,14 +1,16 @@
 """The public API of `tensorcom` is pinned: adding or removing a name must change this test."""
 
+import inspect
 import subprocess
 import sys
 
 import tensorcom
+from tensorcom import errors
 
 EXPECTED = [
-    "Connection", "DecodeError", "EncodeError", "OpenError", "PeerLost", "Pipeline", "RecvTimeout",
-    "SampleError", "ShardDataset", "ShardError", "TarFormatError", "TensorcomError", "TransportError", "URLError",
-    "WorkerDied", "WorkerError", "images", "serve", "shards", "tenbin", "urls", "wire",
+    "Connection", "DecodeError", "EncodeError", "MessageTooLarge", "MissingDependency", "OpenError", "PeerLost",
+    "Pipeline", "RecvTimeout", "SampleError", "ShardDataset", "ShardError", "TarFormatError", "TensorcomError",
+    "TransportError", "URLError", "WorkerDied", "WorkerError", "images", "serve", "shards", "tenbin", "urls", "wire",
 ]
 
 
@@ -20,6 +22,19 @@ def test_all_is_sorted_and_pinned():
 def test_every_public_name_resolves():
     for name in tensorcom.__all__:
         assert getattr(tensorcom, name) is not None, name
+
+
+def test_every_error_class_is_exported_as_itself():
+    classes = {name for name, value in vars(errors).items()
+               if inspect.isclass(value) and issubclass(value, errors.TensorcomError)}
+    assert "MessageTooLarge" in classes and classes <= set(tensorcom.__all__)
+    for name in classes:
+        assert getattr(tensorcom, name) is getattr(errors, name), name
+
+
+def test_message_too_large_is_a_decode_error():
+    assert issubclass(tensorcom.MessageTooLarge, tensorcom.DecodeError)
+    assert issubclass(tensorcom.MessageTooLarge, ValueError)
 
 
 def test_import_is_light():

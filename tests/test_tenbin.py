@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import mmap
 import struct
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,6 +150,10 @@ BAD_LISTS = {
     "huge shape, no data": ([header(b"f8", 2, [0, 2**62]), b""], 1),
     "length mismatch": ([header(b"i2", 1, [3]), bytes(5)], 1),
     "non-ascii info": ([header(b"u1", 1, [1], info=b"\xff"), bytes(1)], 0),
+    "NUL inside info": ([header(b"u1", 1, [1], info=b"a\0b"), bytes(1)], 0),
+    "NUL before info": ([header(b"u1", 1, [1], info=b"\0ab"), bytes(1)], 0),
+    "NUL inside dtype": ([header(b"f\x004", 1, [1]), bytes(4)], 0),
+    "byte after dtype padding": ([header(b"f4\0\0\0\0\0x", 1, [1]), bytes(4)], 0),
     "second pair": ([header(b"u1", 1, [1]), b"x", header(b"u1", 1, [2]), b"x"], 3),
     "not a buffer": ([header(b"u1", 1, [1]), 12], 1),
 }
@@ -171,11 +177,35 @@ def test_malformed_buffers_name_the_chunk():
         (good[:80] + b"~TenBad~" + good[88:], 1),
         (good[:88] + struct.pack("<q", 2**62) + good[96:], 1),
         (good[:88] + struct.pack("<q", -5) + good[96:], 1),
+        (good[:60] + b"\x01" + good[61:], 0),  # non-zero padding after the 40-byte header
+        (good[:-1] + b"\x80", 3),  # non-zero padding at the very end
     ]
     for buf, index in cases:
         with pytest.raises(DecodeError) as caught:
             tenbin.decode_buffer(buf)
         assert caught.value.index == index, (buf[:20], caught.value)
+
+
+@pytest.mark.parametrize("position, index", [(60, 0), (319, 3)])
+def test_non_zero_padding_is_refused_by_every_reader(tmp_path, position, index):
+    bad = bytearray(example_320())
+    bad[position] = 0x20
+    path = tmp_path / "bad.ten"
+    path.write_bytes(bad)
+    readers = [lambda: tenbin.decode_buffer(bytes(bad)), lambda: tenbin.read(io.BytesIO(bytes(bad))),
+               lambda: tenbin.read(Unseekable(bytes(bad))), lambda: tenbin.load(path),
+               lambda: tenbin.load(path, mmap=True)]
+    for read in readers:
+        with pytest.raises(DecodeError, match="padding") as caught:
+            read()
+        assert caught.value.index == index
+
+
+def test_info_is_the_ascii_before_the_nul_padding():
+    full = [header(b"u1", 1, [1], info=b"abcdefgh"), b"x", header(b"u1", 1, [1], info=b"ab"), b"y"]
+    assert tenbin.decode_list(full, infos=True)[1] == ["abcdefgh", "ab"]
+    with pytest.raises(DecodeError, match="after its NUL padding"):
+        tenbin.decode_list([header(b"u1", 1, [1], info=b"ab\0\0c"), b"x"])
 
 
 def test_streams_round_trip_and_count():
@@ -320,3 +350,18 @@ def test_property_mutated_buffers_only_raise_decode_error(data):
         buf = buf[: data.draw(st.integers(0, len(buf)))]
     decode_or_decode_error(tenbin.decode_buffer, bytes(buf))
     decode_or_decode_error(tenbin.read, io.BytesIO(bytes(buf)))
+
+
+def plain_signature(function) -> str:
+    """`name(a, *b, c=None)`: a signature as docs/protocol.md writes it, without annotations."""
+    parts = []
+    for parameter in inspect.signature(function).parameters.values():
+        text = ("*" if parameter.kind is parameter.VAR_POSITIONAL else "") + parameter.name
+        parts.append(text if parameter.default is parameter.empty else f"{text}={parameter.default!r}")
+    return f"{function.__name__}({', '.join(parts)})"
+
+
+def test_protocol_md_gives_the_signatures_of_save_and_load():
+    text = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    for function in (tenbin.save, tenbin.load):
+        assert f"tenbin.{plain_signature(function)}" in text, plain_signature(function)

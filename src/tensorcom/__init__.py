@@ -16,6 +16,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Connection": ("tensorcom.transport.connection", "Connection"),
     "DecodeError": ("tensorcom.errors", "DecodeError"),
     "EncodeError": ("tensorcom.errors", "EncodeError"),
+    "MessageTooLarge": ("tensorcom.errors", "MessageTooLarge"),
+    "MissingDependency": ("tensorcom.errors", "MissingDependency"),
     "OpenError": ("tensorcom.errors", "OpenError"),
     "PeerLost": ("tensorcom.errors", "PeerLost"),
     "Pipeline": ("tensorcom.pipeline", "Pipeline"),

@@ -2,7 +2,7 @@
 
     TensorcomError
     ├── DecodeError (ValueError)          malformed tenbin / wire bytes; names the chunk or frame index
-    │   └── MessageTooLarge               a message over the receiver's max_message_size
+    │   └── MessageTooLarge               a message over the receiver's max_message_size (names the frame)
     ├── EncodeError (ValueError)          a batch that the chosen protocol cannot carry
     ├── URLError (ValueError)             a URL outside the grammar of docs (scheme, transport, host, port, topic)
     ├── TransportError (ConnectionError)  a ZeroMQ / socket failure, translated; names the URL
@@ -39,7 +39,8 @@ class DecodeError(TensorcomError, ValueError):
 
 
 class MessageTooLarge(DecodeError):
-    """A received message larger than the receiver's `max_message_size`."""
+    """A received message larger than the receiver's `max_message_size`; `index` is the first frame at
+    which the running total of frame sizes passes it (0 for a single-part message)."""
 
 
 class EncodeError(TensorcomError, ValueError):

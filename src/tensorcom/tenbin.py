@@ -3,9 +3,10 @@
 Byte-compatible with tensorcom 0.1; the layout is specified in docs/protocol.md. In short:
 
 - an array is two chunks, a header (little-endian int64s `[dtype, info, rank, dim_0, ...]`, where
-  `dtype` and `info` are ASCII strings NUL-padded to 8 bytes) and its raw C-order data;
+  `dtype` and `info` are ASCII strings NUL-padded to 8 bytes, no byte but NUL after the first NUL)
+  and its raw C-order data;
 - the single-buffer form (single-part messages, `.ten` files) frames each chunk as `~TenBin~`, an
-  int64 length, and the payload zero-padded to a multiple of 64 bytes.
+  int64 length, and the payload zero-padded to a multiple of 64 bytes (readers check the zeros).
 
 Encoding never copies C-contiguous arrays (the data chunk is a memoryview of the array); decoding
 never copies at all (arrays are views of the chunks, read-only when the chunks are). Malformed input
@@ -143,11 +144,13 @@ def _decode_header(view: memoryview, index: int, unit: str) -> tuple[np.dtype, s
     shape = _DIMS[rank].unpack_from(view, _HEAD.size)
     if min(shape, default=0) < 0:
         raise DecodeError(f"negative dimension in shape {shape}", index, unit)
+    label, _, padding = info.partition(_NUL)
+    if padding.strip(_NUL):
+        raise DecodeError(f"info {info!r} has bytes after its NUL padding", index, unit)
     try:
-        label = info.rstrip(_NUL).decode("ascii")
+        return dtype, label.decode("ascii"), shape
     except UnicodeDecodeError:
         raise DecodeError(f"info {info!r} is not ASCII", index, unit) from None
-    return dtype, label, shape
 
 
 def decode_array(header: Any, data: Any, index: int = 0, unit: str = "chunk") -> tuple[np.ndarray, str]:
@@ -221,7 +224,8 @@ def encode_chunks(chunks: Iterable[Any]) -> bytearray:
 
 
 def decode_chunks(buf: Any) -> list[memoryview]:
-    """One buffer -> list of memoryviews of its chunk payloads (no copy)."""
+    """One buffer -> list of memoryviews of its chunk payloads (no copy); DecodeError naming the chunk
+    for a wrong magic, a length past the end, or padding that is not zero bytes."""
     view = byte_view(buf)
     total = view.nbytes
     chunks: list[memoryview] = []
@@ -235,7 +239,10 @@ def decode_chunks(buf: Any) -> list[memoryview]:
         (length,) = _LENGTH.unpack_from(view, offset + 8)
         if length < 0 or roundup(length) > total - offset - 16:
             raise DecodeError(f"length {length} at byte {offset} runs past the end ({total} bytes)", index)
-        chunks.append(view[offset + 16:offset + 16 + length])
+        end = offset + 16 + length
+        if view[end:offset + 16 + roundup(length)] != _ZEROS[:roundup(length) - length]:
+            raise DecodeError(f"padding after the chunk at byte {offset} is not zero bytes", index)
+        chunks.append(view[offset + 16:end])
         offset += 16 + roundup(length)
     return chunks
 
@@ -305,7 +312,8 @@ def _read_exact(stream: BinaryIO, size: int, index: int, what: str) -> bytes | b
 
 
 def read_chunk(stream: BinaryIO, index: int = 0) -> bytes | bytearray | None:
-    """Read one framed chunk; None at a clean end of stream."""
+    """Read one framed chunk's payload; None at a clean end of stream; DecodeError (chunk `index`) for
+    a wrong magic, a truncated chunk or padding that is not zero bytes."""
     prefix = _read_exact(stream, 16, index, "a chunk prefix")
     if not prefix:
         return None
@@ -320,8 +328,12 @@ def read_chunk(stream: BinaryIO, index: int = 0) -> bytes | bytearray | None:
     if len(data) != length:
         raise DecodeError(f"stream ends inside a chunk: {len(data)} of {length} bytes", index)
     padding = roundup(length) - length
-    if padding and len(_read_exact(stream, padding, index, "padding")) != padding:
-        raise DecodeError("stream ends inside chunk padding", index)
+    if padding:
+        zeros = _read_exact(stream, padding, index, "padding")
+        if len(zeros) != padding:
+            raise DecodeError("stream ends inside chunk padding", index)
+        if zeros != _ZEROS[:padding]:
+            raise DecodeError("chunk padding is not zero bytes", index)
     return data
 
 
@@ -346,13 +358,15 @@ def read(stream: BinaryIO, n: int = sys.maxsize, infos: Any = False) -> Any:
 
 
 def save(path: str | os.PathLike, *arrays: Any, infos: Sequence[str] | None = None, nocheck: bool = True) -> None:
-    """Write arrays to a `.ten` file (0.1's `nocheck` is accepted; the suffix is not enforced)."""
+    """Write arrays (positional, one or more) to a `.ten` file in the single-buffer form, replacing it;
+    `infos` has one label per array. 0.1's `nocheck` is accepted and ignored: no suffix is enforced."""
     with open(path, "wb") as stream:
         write(stream, arrays, infos=infos)
 
 
 def load(path: str | os.PathLike, infos: Any = False, mmap: bool = False, nocheck: bool = True) -> Any:
-    """Read every array of a `.ten` file.
+    """Read every array of a `.ten` file: a list of arrays, or `(arrays, infos)` with infos=True (a
+    list of labels checks them, as in decode_list). 0.1's `nocheck` is accepted and ignored.
 
     mmap=False reads the file into one writable buffer; mmap=True maps it and returns read-only
     views of the mapping (the mapping lives as long as any returned array).

@@ -3,11 +3,12 @@
 A v1 message is pure tensorcom 0.1: `[header_0, data_0, ...]` tenbin chunks for a list of arrays.
 A v2 message is a metadata frame — `MAGIC` then a msgpack map (version, kind, seq, epoch, sender,
 group, and the batch's structure with plain leaves inline and arrays as references) — followed by
-the tenbin header/data pairs of the batch's arrays in depth-first order. End-of-epoch markers are v2
+the tenbin header/data pairs of the batch's arrays (largest data last). End-of-epoch markers are v2
 messages with no arrays. Either kind may travel as one buffer (`frames_to_buffer`).
 
-`decode_message` tells v1 from v2 by itself; decoded arrays are views of the received frames.
-Pure: no sockets, no pickle; torch tensors are the transport's business.
+`decode_message` tells v1 from v2 by itself; decoded arrays are views of the received frames. The
+rules for reading the metadata frame (types of its fields, ext forms, the plain-values budget) live in
+`tensorcom._metadata`. Pure: no sockets, no pickle; torch tensors are the transport's business.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from typing import Any, NamedTuple, Sequence
 import msgpack
 import numpy as np
 
-from . import tenbin
+from . import settings, tenbin
+from ._metadata import EXT_ARRAY, EXT_TUPLE, KINDS, MAX_DEPTH, VERSION, read_metadata
 from .errors import DecodeError, EncodeError, MessageTooLarge
 
+__all__ = ["EXT_ARRAY", "EXT_TUPLE", "KINDS", "MAGIC", "MAX_DEPTH", "VERSION", "Message", "Share",
+           "buffer_to_frames", "decode_message", "encode_batch", "encode_end_of_epoch", "frames_to_buffer"]
+
 MAGIC = b"\x89TCW\r\n\x1a\n"  # first byte non-ASCII: never a v1 dtype code, never `~TenBin~`
-VERSION = 2
-KINDS = ("batch", "end_of_epoch")
-EXT_ARRAY = 1  # msgpack ext type: 4-byte big-endian index of an array among the tenbin pairs
-EXT_TUPLE = 2  # msgpack ext type: payload is the msgpack array of the tuple's items
-MAX_DEPTH = 64  # nesting limit for tuples inside tuples when decoding
 _UINT64 = 1 << 64
 
 
@@ -244,98 +244,46 @@ def _views(frames: Any) -> list[memoryview]:
     return [tenbin.byte_view(frame, index, "frame") for index, frame in enumerate(frames)]
 
 
-class _ExtHook:
-    """msgpack ext hook resolving array references and tuples; raises DecodeError on bad ones.
-
-    A class rather than a closure: a closure that passes itself to `_unpack` would form a reference
-    cycle keeping every decoded message's frames alive until the cyclic garbage collector runs.
-    """
-
-    def __init__(self, arrays: list, used: list[int]):
-        self.arrays, self.used, self.depth = arrays, used, 0
-
-    def __call__(self, code: int, data: bytes) -> Any:
-        if code == EXT_ARRAY:
-            index = int.from_bytes(data, "big")
-            if len(data) != 4 or index >= len(self.arrays):
-                raise _frame_error(f"array reference {data.hex()} but {len(self.arrays)} arrays", 0)
-            self.used[index] += 1
-            return self.arrays[index]
-        if code == EXT_TUPLE:
-            if self.depth >= MAX_DEPTH:
-                raise _frame_error(f"tuples nested deeper than {MAX_DEPTH}", 0)
-            self.depth += 1
-            try:
-                items = _unpack(data, self)
-            finally:
-                self.depth -= 1
-            if not isinstance(items, list):
-                raise _frame_error(f"tuple payload is a {type(items).__name__}, not an array", 0)
-            return tuple(items)
-        raise _frame_error(f"unknown msgpack ext type {code}", 0)
-
-
-def _unpack(data: Any, hook: Any) -> Any:
-    """msgpack.unpackb with our hook; DecodeError (frame 0) for anything msgpack rejects."""
-    try:
-        return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
-    except DecodeError:
-        raise
-    except Exception as exc:  # msgpack raises ValueError, TypeError, ExtraData, StackError, ...
-        raise _frame_error(f"bad msgpack metadata: {type(exc).__name__}: {exc}", 0) from None
-
-
-def _check_meta(meta: Any) -> None:
-    """DecodeError unless meta is a v2 metadata map with well-typed fields (docs/protocol.md 4.2)."""
-    if type(meta) is not dict:
-        raise _frame_error(f"metadata is a {type(meta).__name__}, not a map", 0)
-    missing = [key for key in ("v", "kind", "seq", "epoch", "sender") if key not in meta]
-    if missing:
-        raise _frame_error(f"metadata lacks {missing}", 0)
-    if meta["v"] != VERSION or type(meta["v"]) is not int:
-        raise _frame_error(f"unsupported protocol version {meta['v']!r}", 0)
-    if meta["kind"] not in KINDS:
-        raise _frame_error(f"unknown message kind {meta['kind']!r}", 0)
-    for key, minimum in (("seq", 0), ("epoch", 0), ("group_size", 1)):
-        value = meta.get(key, 1)
-        if type(value) is not int or value < minimum:  # msgpack gives exact ints; bool is refused
-            raise _frame_error(f"metadata {key}={value!r} is not an int >= {minimum}", 0)
-    group = meta.get("group")
-    if type(meta["sender"]) is not str or not (group is None or type(group) is str):
-        raise _frame_error(f"metadata sender={meta['sender']!r} / group={group!r} must be str", 0)
-    if meta.get("share") is not None and not _valid_share(meta["share"]):
-        raise _frame_error(f"metadata share={meta['share']!r} is not [stream, worker, workers]", 0)
-
-
-def _decode_v2(views: list[memoryview], nbytes: int) -> Message:
+def _decode_v2(views: list[memoryview], nbytes: int, max_plain_values: int) -> Message:
     """Message from v2 frames: metadata frame, then tenbin pairs."""
     arrays, infos = tenbin.decode_arrays(views[1:], first=1, unit="frame")
-    used = [0] * len(arrays)
-    meta = _unpack(views[0][len(MAGIC):], _ExtHook(arrays, used))
-    _check_meta(meta)
-    kind, batch = meta["kind"], meta.get("batch")
-    if kind == "batch" and not isinstance(batch, (list, tuple, dict)):
-        raise _frame_error(f"batch is a {type(batch).__name__}, not a list, tuple or dict", 0)
-    if kind == "end_of_epoch" and (batch is not None or arrays):
+    meta, used = read_metadata(views[0][len(MAGIC):], arrays, max_plain_values)
+    if meta.kind == "batch" and not isinstance(meta.batch, (list, tuple, dict)):
+        raise _frame_error(f"batch is a {type(meta.batch).__name__}, not a list, tuple or dict", 0)
+    if meta.kind == "end_of_epoch" and (meta.batch is not None or arrays):
         raise _frame_error("an end-of-epoch marker carries no batch", 0)
     if used.count(1) != len(used):
         raise _frame_error(f"arrays referenced {used} times instead of once each", 0)
-    return Message(kind=kind, batch=batch, seq=meta["seq"], epoch=meta["epoch"], sender=meta["sender"],
-                   group=meta.get("group"), group_size=meta.get("group_size", 1), protocol=2,
-                   nbytes=nbytes, infos=tuple(infos),
-                   share=Share(*meta["share"]) if meta.get("share") is not None else None)
+    return Message(kind=meta.kind, batch=meta.batch, seq=meta.seq, epoch=meta.epoch, sender=meta.sender,
+                   group=meta.group, group_size=meta.group_size, protocol=2, nbytes=nbytes, infos=tuple(infos),
+                   share=None if meta.share is None else Share(*meta.share))
 
 
-def decode_message(frames: Any, *, max_size: int | None = None) -> Message:
+def _too_large(views: list[memoryview], nbytes: int, max_size: int) -> MessageTooLarge:
+    """MessageTooLarge naming the first frame at which the running total of sizes passes `max_size`."""
+    total = 0
+    for index, view in enumerate(views):
+        total += view.nbytes
+        if total > max_size:
+            break
+    return MessageTooLarge(f"message of {nbytes} bytes exceeds the maximum of {max_size} bytes", index, "frame")
+
+
+def decode_message(frames: Any, *, max_size: int | None = None, max_plain_values: int | None = None) -> Message:
     """Frames (multipart, or one frame holding the single-buffer form) -> Message, v1 or v2.
 
     Frames may be bytes, memoryviews, arrays or zmq.Frame objects; arrays in the result are views of
-    them. The total size is checked against `max_size` before anything is decoded.
+    them. The total size is checked against `max_size` before anything is decoded (MessageTooLarge,
+    naming the frame that passes it). A v2 message's metadata may hold at most `max_plain_values`
+    msgpack objects (default `settings.max_plain_values()`), checked before any is built. Malformed
+    input raises DecodeError naming the frame (docs/protocol.md 6).
     """
+    if max_plain_values is not None and (type(max_plain_values) is not int or max_plain_values < 1):
+        raise ValueError(f"max_plain_values must be a positive int, got {max_plain_values!r}")
     views = _views(frames)
     nbytes = sum(view.nbytes for view in views)
     if max_size is not None and nbytes > max_size:
-        raise MessageTooLarge(f"message of {nbytes} bytes exceeds the maximum of {max_size} bytes")
+        raise _too_large(views, nbytes, max_size)
     if not views:
         raise _frame_error("a message has at least one frame", None)
     if len(views) == 1 and views[0][:8] == tenbin.MAGIC:
@@ -343,7 +291,8 @@ def decode_message(frames: Any, *, max_size: int | None = None) -> Message:
     elif len(views) == 1 and nbytes == 0:
         views = []  # single-buffer form of an empty 0.1 batch
     if views and views[0][:len(MAGIC)] == MAGIC:
-        return _decode_v2(views, nbytes)
+        limit = settings.max_plain_values() if max_plain_values is None else max_plain_values
+        return _decode_v2(views, nbytes, limit)
     arrays, infos = tenbin.decode_arrays(views, unit="frame")
     return Message(kind="batch", batch=arrays, seq=None, epoch=None, sender=None, group=None,
                    group_size=1, protocol=1, nbytes=nbytes, infos=tuple(infos))
