@@ -8,9 +8,10 @@ import tensorcom
 from tensorcom import errors
 
 EXPECTED = [
-    "Connection", "DecodeError", "EncodeError", "MessageTooLarge", "MissingDependency", "OpenError", "PeerLost",
-    "Pipeline", "RecvTimeout", "SampleError", "ShardDataset", "ShardError", "TarFormatError", "TensorcomError",
-    "TransportError", "URLError", "WorkerDied", "WorkerError", "images", "serve", "shards", "tenbin", "urls", "wire",
+    "Connection", "CurveKeyError", "DecodeError", "Detached", "EncodeError", "MessageTooLarge", "MissingDependency",
+    "OpenError", "PeerLost", "Pipeline", "RecvTimeout", "SampleError", "ShardDataset", "ShardError", "TarFormatError",
+    "TensorcomError", "TransportError", "URLError", "Undelivered", "WorkerDied", "WorkerError", "images", "serve",
+    "shards", "tenbin", "urls", "wire",
 ]
 
 

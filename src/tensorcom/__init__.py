@@ -14,7 +14,9 @@ __version__ = "0.2.0"
 # public name -> (module, attribute or None for the module itself)
 _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Connection": ("tensorcom.transport.connection", "Connection"),
+    "CurveKeyError": ("tensorcom.errors", "CurveKeyError"),
     "DecodeError": ("tensorcom.errors", "DecodeError"),
+    "Detached": ("tensorcom.errors", "Detached"),
     "EncodeError": ("tensorcom.errors", "EncodeError"),
     "MessageTooLarge": ("tensorcom.errors", "MessageTooLarge"),
     "MissingDependency": ("tensorcom.errors", "MissingDependency"),
@@ -29,6 +31,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "TensorcomError": ("tensorcom.errors", "TensorcomError"),
     "TransportError": ("tensorcom.errors", "TransportError"),
     "URLError": ("tensorcom.errors", "URLError"),
+    "Undelivered": ("tensorcom.errors", "Undelivered"),
     "WorkerDied": ("tensorcom.errors", "WorkerDied"),
     "WorkerError": ("tensorcom.errors", "WorkerError"),
     "images": ("tensorcom.images", None),

@@ -5,9 +5,12 @@
     │   └── MessageTooLarge               a message over the receiver's max_message_size (names the frame)
     ├── EncodeError (ValueError)          a batch that the chosen protocol cannot carry
     ├── URLError (ValueError)             a URL outside the grammar of docs (scheme, transport, host, port, topic)
+    ├── CurveKeyError (ValueError)        a CURVE key file or directory that is missing or malformed; names it
     ├── TransportError (ConnectionError)  a ZeroMQ / socket failure, translated; names the URL
     │   ├── RecvTimeout (TimeoutError)    nothing arrived within `timeout`
-    │   └── PeerLost                      a peer stopped answering (missed heartbeats, died)
+    │   ├── PeerLost                      a peer stopped answering (missed heartbeats, died) or ended its stream
+    │   ├── Detached                      a sharing server detached this consumer (it fell too far behind)
+    │   └── Undelivered                   a closing sender could not deliver everything; says how much, to whom
     ├── ShardError (OSError)              reading or writing a shard; names the URL and member
     │   ├── OpenError                     the URL could not be opened (missing file, HTTP status, S3 denied, pipe exit)
     │   ├── TarFormatError                truncated archive, bad header checksum, corrupt gzip
@@ -65,6 +68,27 @@ class RecvTimeout(TransportError, TimeoutError):
 
 class PeerLost(TransportError):
     """A peer stopped sending heartbeats or closed unexpectedly."""
+
+
+class Detached(TransportError):
+    """A sharing server (zshare, policy "detach") stopped serving this consumer; the text says why."""
+
+
+class Undelivered(TransportError):
+    """A sender closed with batches its peers did not get: `counts` maps each peer (a consumer's name,
+    or a description) to the number of batches."""
+
+    def __init__(self, message: str, url: str | None = None, counts: dict | None = None):
+        super().__init__(message, url)
+        self.counts = dict(counts or {})
+
+
+class CurveKeyError(TensorcomError, ValueError):
+    """A CURVE key file or directory that is missing, unreadable or malformed; `path` names it."""
+
+    def __init__(self, message: str, path: object = None):
+        super().__init__(message if path is None else f"{path}: {message}")
+        self.path = None if path is None else str(path)
 
 
 class ShardError(TensorcomError, OSError):

@@ -92,14 +92,19 @@ def test_share_paces_to_the_slowest_within_the_replay_buffer():
 
 
 def test_share_detach_policy_drops_the_consumer_that_blocks_a_full_buffer():
-    book, stream = ShareBook(replay=3, policy="detach"), Stream()
+    now = [0.0]
+    book, stream = ShareBook(replay=3, policy="detach", detach_after=1.0, clock=lambda: now[0]), Stream()
     book.join("fast", "fast", 10)
     book.join("slow", "slow", 1)
     feed(book, stream, "bbb")
     for s in book.sends():
         if s.peer == "fast":
             book.ack("fast", s.number)
-    assert book.can_take()  # the slow one was detached
+    assert not book.can_take()  # held: the slow one may only have an acknowledgement in flight
+    now[0] = 0.5
+    assert not book.can_take() and len(book.consumers) == 2
+    now[0] = 1.0
+    assert book.can_take()  # held for detach_after: the slow one was detached
     assert [peer for peer, _ in book.take_detached()] == ["slow"]
     assert list(book.consumers) == ["fast"]
 

@@ -4,6 +4,8 @@
 
 Each line: batches/s, samples/s, MB/s over the interval, the last batch size, the batches known to be
 dropped (lossy PUB/SUB), and the running total. Exits after --count batches (default: never).
+With --consumers and zjoin:// URLs it joins a sharing server as an observer and prints, per report,
+each consumer's position (epoch, batch), lag behind the stream, rate and credit in use.
 """
 
 from __future__ import annotations
@@ -48,6 +50,19 @@ def monitor(conn: Connection, count: int | None, every: float, as_json: bool) ->
     return stats.count
 
 
+def watch_consumers(conn: Connection, count: int | None, every: float, as_json: bool) -> int:
+    """Print the sharing server's consumer table every `every` seconds, `count` times (None: forever)."""
+    from tensorcom.pipeline.shared_serving import consumer_lines
+
+    reports = 0
+    while count is None or reports < count:
+        status = conn.consumer_status(wait=every)
+        print(json.dumps(status) if as_json else "\n".join([f"{len(status)} consumer(s)", *consumer_lines(status)]),
+              flush=True)
+        reports += 1
+    return reports
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, monitor the URLs, exit 0 after --count batches."""
@@ -57,7 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=seconds, default=1.0, metavar="SECONDS",
                         help="seconds between report lines (default 1)")
     parser.add_argument("--json", action="store_true", help="print each report as a JSON object")
+    parser.add_argument("--consumers", action="store_true",
+                        help="zjoin:// URLs: watch the sharing server's consumers (position, lag, rate, credit) "
+                             "without taking batches; --count counts reports")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.consumers:
+        with open_source(args, observe=True) as conn:
+            watch_consumers(conn, args.count, args.report, args.json)
+        return 0
     with open_source(args) as conn:
         monitor(conn, args.count, args.report, args.json)
     return 0

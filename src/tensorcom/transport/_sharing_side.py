@@ -91,6 +91,13 @@ class SharingSide:
             return self._server.status
         return self._joiner.status if self._joiner is not None else []
 
+    def consumer_status(self, wait: float = 1.0) -> list[dict]:
+        """A consumer's (zjoin) view of its servers' consumers after reading for `wait` seconds (join
+        with observe=True to watch without taking batches); a server's own `consumers` at once."""
+        if self._joiner is None:
+            return self.consumers
+        return self._joiner.refresh(wait)
+
     @property
     def joined_at(self) -> dict:
         """A consumer's (epoch, position) where its session with each server started (URL -> pair)."""

@@ -19,7 +19,7 @@ Liveness: ZMTP heartbeats on each socket and a socket monitor. When a server's c
 pass. Between passes, a consumer that had servers and has none alive for `liveness` seconds raises
 PeerLost too; one that never had a server waits (a job started before its server). A server that
 finished its stream (`bye`) ends the consumer's iteration with PeerLost saying so. `detached`
-raises TransportError with the server's reason.
+raises Detached with the server's reason.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import wire
-from tensorcom.errors import PeerLost, RecvTimeout, TransportError
+from tensorcom.errors import Detached, PeerLost, RecvTimeout
 from tensorcom.transport import envelope
 from tensorcom.transport._heartbeats import apply_heartbeats
 from tensorcom.transport._sockets import translated
@@ -173,7 +173,7 @@ class Joiner:
         elif kind == "bye":
             link.finished, link.server = True, None
         elif kind == "detached":
-            raise TransportError(f"the server detached this consumer: {meta['why']}", link.url)
+            raise Detached(f"the server detached this consumer: {meta['why']}", link.url)
         return None
 
     def _welcome(self, link: _Link, meta: dict) -> None:
@@ -198,6 +198,17 @@ class Joiner:
 
     def _rebatched(self, batch: Any) -> Any:
         return None if batch is None else dataclasses.replace(self._template, batch=batch)
+
+    def refresh(self, seconds: float) -> list[dict]:
+        """Read the servers' messages for `seconds` (an observer's loop) and return the last status:
+        one report per consumer (name, epoch, pos, lag, samples_per_s, credit, free)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._watch_links()
+            result = self._poll_once(None)
+            if result is not None:  # not an observer after all: keep the batch for next()
+                self._ready.append(result)
+        return self.status
 
     # ---- passes and liveness ------------------------------------------------------------------
 

@@ -35,19 +35,11 @@ import zmq.auth
 from zmq.utils import z85
 
 from tensorcom import settings
-from tensorcom.errors import TensorcomError, TransportError
+from tensorcom.errors import CurveKeyError, TransportError
 from tensorcom.urls import Endpoint
 
 SECRET_SUFFIX, PUBLIC_SUFFIX = ".key_secret", ".key"
 ANY_CLIENT_DOMAIN = "tensorcom-curve-any"  # ZAP domain of servers that accept any client key
-
-
-class CurveKeyError(TensorcomError, ValueError):
-    """A CURVE key file or directory that is missing, unreadable or malformed; `path` names it."""
-
-    def __init__(self, message: str, path: Any = None):
-        super().__init__(message if path is None else f"{path}: {message}")
-        self.path = None if path is None else str(path)
 
 
 class ExposedEndpointWarning(UserWarning):

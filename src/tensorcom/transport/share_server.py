@@ -31,7 +31,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import wire
-from tensorcom.errors import DecodeError, TransportError
+from tensorcom.errors import DecodeError, TransportError, Undelivered
 from tensorcom.transport import envelope
 from tensorcom.transport._heartbeats import apply_heartbeats
 from tensorcom.transport._sockets import translated
@@ -53,11 +53,11 @@ def _samples(batch: Any) -> int:
 
 
 def check_delivered(result: dict, url: str) -> None:
-    """TransportError naming the consumers and counts of a wait() result's "undelivered", if any."""
+    """Undelivered naming the consumers and counts of a wait() result's "undelivered", if any."""
     undelivered = result.get("undelivered") or {}
     if undelivered:
         what = ", ".join(f"{name}: {count}" for name, count in sorted(undelivered.items()))
-        raise TransportError(f"{sum(undelivered.values())} batches were not delivered ({what})", url)
+        raise Undelivered(f"{sum(undelivered.values())} batches were not delivered ({what})", url, undelivered)
 
 
 class ShareServer:

@@ -19,8 +19,9 @@ memory is bounded on both sides whatever the speeds. Deliveries are numbered 1, 
 Share mode (`ShareBook`): every consumer gets every item in stream order. Items live in a replay
 buffer of at most `replay` items; the server takes a new item only when the buffer has room or its
 oldest item is no longer needed (sent to and acknowledged by every consumer), so it paces to the
-slowest consumer. With policy "detach" a consumer that holds the oldest item of a full buffer is
-detached instead (`take_detached()`), so the others go on. A consumer that joins mid-epoch starts at
+slowest consumer. With policy "detach" the consumers that still hold the oldest item of a full buffer
+after `detach_after` seconds (an acknowledgement in flight is not falling behind) are detached
+instead (`take_detached()`), so the others go on. A consumer that joins mid-epoch starts at
 the oldest buffered item of the current epoch (the epoch's first batch when it is still buffered) and
 its Welcome says which (epoch, position).
 
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POLICIES = ("pace", "detach")
+DETACH_AFTER = 1.0  # seconds a full replay buffer may hold the stream before its holders are detached
 
 
 @dataclass(frozen=True)
@@ -181,11 +183,13 @@ class ShareBook(_Book):
 
     mode = "share"
 
-    def __init__(self, *, min_consumers: int = 1, replay: int = 16, policy: str = "pace"):
+    def __init__(self, *, min_consumers: int = 1, replay: int = 16, policy: str = "pace",
+                 detach_after: float = DETACH_AFTER, clock: Any = time.monotonic):
         super().__init__(min_consumers=min_consumers, replay=replay)
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-        self.policy = policy
+        self.policy, self.detach_after, self.clock = policy, detach_after, clock
+        self.blocked_since: float | None = None  # when a full buffer last started to hold the stream
         self.buffer: deque[Item] = deque()
         self.head = 0  # index of the next item to be added
         self.epoch_start = 0  # index of the first item of the current (newest) epoch
@@ -225,8 +229,12 @@ class ShareBook(_Book):
         if self.ended or not self._gate_open():
             return False
         if len(self.buffer) < self.replay or self._front_free():
+            self.blocked_since = None
             return True
-        if self.policy == "detach":
+        now = self.clock()
+        self.blocked_since = now if self.blocked_since is None else self.blocked_since
+        if self.policy == "detach" and now - self.blocked_since >= self.detach_after:
+            self.blocked_since = None
             front = self.buffer[0].index
             for peer, consumer in list(self.consumers.items()):
                 if self._needed_from(consumer) <= front:
