@@ -1,6 +1,7 @@
 """tensorcom.zcom: tensorcom 0.1's import path, its helpers, and TensorcomDataset with torch."""
 
 import itertools
+import threading
 import subprocess
 import sys
 
@@ -69,15 +70,22 @@ def test_tensorcom_dataset_with_dataloader(free_port):
     url = f"127.0.0.1:{free_port()}"
     dataset = TensorcomDataset(f"zpull://{url}", length=4, converters="torch", timeout=10)
     assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 4
-    with Connection(f"zpush://{url}", timeout=10) as sender:
+    sender = Connection(f"zpush://{url}", timeout=10)
+
+    def send_all():  # a connecting sender waits for its receiver, which binds on first iteration
         for i in range(6):
             sender.send([np.full((2, 8, 8, 3), i, np.uint8), np.array([i, i], np.int32)])
-        loader = torch.utils.data.DataLoader(dataset, batch_size=None)
-        try:
-            first = list(loader)
-            second = list(itertools.islice(iter(dataset), 2))
-        finally:
-            dataset.close()
+
+    thread = threading.Thread(target=send_all, daemon=True)
+    thread.start()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None)
+    try:
+        first = list(loader)
+        second = list(itertools.islice(iter(dataset), 2))
+    finally:
+        thread.join(timeout=10)
+        sender.close(linger=0)
+        dataset.close()
     assert [int(b[1][0]) for b in first] == [0, 1, 2, 3]
     assert first[0][0].shape == (2, 3, 8, 8) and first[0][1].dtype == torch.int64
     assert [int(b[1][0]) for b in second] == [4, 5]

@@ -34,7 +34,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Undelivered": ("tensorcom.errors", "Undelivered"),
     "WorkerDied": ("tensorcom.errors", "WorkerDied"),
     "WorkerError": ("tensorcom.errors", "WorkerError"),
+    "dlpack": ("tensorcom.adapters.dlpack", None),
     "images": ("tensorcom.images", None),
+    "jax": ("tensorcom.adapters.jax", None),
+    "keras": ("tensorcom.adapters.keras", None),
+    "ray": ("tensorcom.adapters.ray", None),
     "serve": ("tensorcom.pipeline.serving", "serve"),
     "shards": ("tensorcom.shards", None),
     "tenbin": ("tensorcom.tenbin", None),
@@ -43,9 +47,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "wire": ("tensorcom.wire", None),
 }
 
-# adapters reachable as attributes (tensorcom.torch) but not star-exported: `from tensorcom import *`
-# must not hide the framework's own module of the same name
-_ADAPTERS = {"torch"}
+# adapters reachable as attributes (tensorcom.torch, .keras, .jax, .dlpack, .ray) but not star-exported:
+# `from tensorcom import *` must not hide the framework's own module of the same name
+_ADAPTERS = {"dlpack", "jax", "keras", "ray", "torch"}
 __all__ = sorted(set(_EXPORTS) - _ADAPTERS)
 
 

@@ -6,6 +6,9 @@ themselves). When it has `state_dict` / `load_state_dict` (Pipeline, ShardDatase
 wrapper: torchdata's StatefulDataLoader then calls them in each worker (the state of the worker's
 own iterator) and restores each worker's position, so a resumed loader yields exactly the samples
 the interrupted one had not.
+
+tensorcom.adapters.torch.BatchDataset extends IterableWrapper: converted batches, a device, a stream
+(Connection) as the source, and even ends under torch.distributed.
 """
 
 from __future__ import annotations

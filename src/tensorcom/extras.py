@@ -21,6 +21,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "fsspec": ("fsspec", "s3"),
     "s3fs": ("s3fs", "s3"),
     "torch": ("torch", "torch"),
+    "keras": ("keras", "keras"),
+    "jax": ("jax", "jax"),
     "tqdm": ("tqdm", "progress"),
 }
 

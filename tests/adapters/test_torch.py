@@ -1,6 +1,9 @@
-"""adapters/torch.py: batches → torch tensors by declaration (ToTorch / to_torch), never by shape."""
+"""adapters/torch.py: batches → torch tensors by declaration (ToTorch / to_torch), never by shape; on a
+device: pinned and copied with non_blocking to CUDA, no CUDA call for the CPU, a clear error without CUDA.
+(This machine has no GPU: the CUDA path is checked by recording what torch is asked to do.)"""
 
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -112,13 +115,111 @@ def test_tensorcom_dataset_converts_by_declaration(free_port):
     url = f"127.0.0.1:{free_port()}"
     dataset = TensorcomDataset(f"zpull://{url}", length=2, timeout=10,
                                converters=ToTorch(images={"jpg": "NHWC"}, dtype="float32"))
-    with Connection(f"zpush://{url}", timeout=10) as sender:
-        for _ in range(2):
-            sender.send({"jpg": nhwc_images(), "xyz": np.zeros((4, 9, 3), np.float32)})
-        try:
-            batches = list(torch.utils.data.DataLoader(dataset, batch_size=None))
-        finally:
-            dataset.close()
+
+    def send() -> None:  # the dataset binds on its first iteration; a connecting sender waits for it
+        with Connection(f"zpush://{url}", timeout=10) as sender:
+            for _ in range(2):
+                sender.send({"jpg": nhwc_images(), "xyz": np.zeros((4, 9, 3), np.float32)})
+
+    sending = threading.Thread(target=send)
+    sending.start()
+    try:
+        batches = list(torch.utils.data.DataLoader(dataset, batch_size=None))
+    finally:
+        sending.join()
+        dataset.close()
     assert len(batches) == 2
     assert all(tuple(b["jpg"].shape) == (4, 3, 5, 7) and b["jpg"].dtype == torch.float32 for b in batches)
     assert all(tuple(b["xyz"].shape) == (4, 9, 3) for b in batches)
+
+
+# --- devices ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_cuda_calls(monkeypatch):
+    """Make every CUDA query and every pinning an error: the CPU path must not make any."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a CUDA call on the CPU path")
+
+    for name in ("is_available", "device_count", "current_device", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, forbidden)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", forbidden)
+
+
+def test_the_cpu_path_makes_no_cuda_call_and_no_copy(no_cuda_calls):
+    images = nhwc_images()
+    for device in ("cpu", None, torch.device("cpu")):
+        out = to_torch([images, np.arange(4)], images={0: "NHWC"}, device=device)
+        assert out[0].device.type == "cpu" and out[0].data_ptr() == images.ctypes.data  # still a view
+    assert to_torch([images], images={0: "NHWC"}, dtype="float32")[0].dtype == torch.float32
+    assert not ToTorch(device="cpu").moves and not ToTorch(device="cpu", pin_memory=False).moves
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_asked_for_without_cuda_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"device='cuda' needs CUDA, and torch .* here is a CPU-only build"):
+        ToTorch(device="cuda")
+    with pytest.raises(ValueError, match="device='cuda:1' needs CUDA"):
+        to_torch([np.zeros(2)], device="cuda:1")
+    with pytest.raises(ValueError, match="pin_memory=True needs CUDA.*leave pin_memory at None"):
+        ToTorch(pin_memory=True)
+
+
+def test_bad_device_and_pin_memory_arguments():
+    with pytest.raises(ValueError, match="'gpu'"):
+        ToTorch(device="gpu")
+    with pytest.raises(TypeError, match="pin_memory"):
+        ToTorch(pin_memory="yes")
+
+
+def test_another_device_gets_every_tensor_unpinned():
+    out = to_torch({"jpg": nhwc_images(), "cls": np.arange(4), "key": ["a"] * 4}, images={"jpg": "NHWC"},
+                   dtype="float16", device="meta")  # a real device without memory, on every build
+    assert out["jpg"].device.type == "meta" and tuple(out["jpg"].shape) == (4, 3, 5, 7)
+    assert out["jpg"].dtype == torch.float16 and out["cls"].device.type == "meta" and out["key"] == ["a"] * 4
+    assert ToTorch(device="meta").moves and not ToTorch(device="meta")._pin
+
+
+@pytest.fixture
+def pretend_cuda(monkeypatch):
+    """torch says CUDA is there; pin_memory() and .to(<cuda device>) are recorded (in order) instead of run."""
+    calls = []
+    real_to = torch.Tensor.to
+
+    def pin_memory(self):
+        calls.append(("pin", tuple(self.shape)))
+        return self.clone()
+
+    def to(self, *args, **kwargs):
+        target = args[0] if args else kwargs.get("device")
+        if isinstance(target, torch.device) and target.type == "cuda":
+            calls.append(("to", str(target), kwargs.get("non_blocking"), tuple(self.shape)))
+            return self
+        if isinstance(target, torch.dtype):
+            calls.append(("cast", target))
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    return calls
+
+
+def test_cuda_tensors_are_pinned_then_copied_non_blocking_then_cast(pretend_cuda):
+    to_nchw = ToTorch(images={0: "NHWC"}, dtype="float32", device="cuda")
+    assert to_nchw.moves and to_nchw._pin
+    to_nchw([nhwc_images(), np.arange(4, dtype=np.int32), "plain"])
+    assert pretend_cuda == [("pin", (4, 3, 5, 7)), ("to", "cuda", True, (4, 3, 5, 7)), ("cast", torch.float32),
+                            ("pin", (4,)), ("to", "cuda", True, (4,))]  # uint8 crosses; cast on the device
+
+
+def test_pin_memory_and_non_blocking_can_be_turned_off(pretend_cuda):
+    ToTorch(device="cuda:0", pin_memory=False, non_blocking=False)([np.arange(3)])
+    assert pretend_cuda == [("to", "cuda:0", False, (3,))]
+    pretend_cuda.clear()
+    ToTorch(device="cpu", pin_memory=True)([np.arange(3)])  # pinned on the CPU, moved later by the caller
+    assert pretend_cuda == [("pin", (3,))]
+    with pytest.raises(ValueError, match="'cuda:3'.*1 CUDA device"):
+        ToTorch(device="cuda:3")

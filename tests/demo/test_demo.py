@@ -3,6 +3,7 @@ with numpy, prints the manual commands, and leaves no server process behind when
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -64,6 +65,34 @@ def test_demo_numpy_backend(cache):
     assert "training a numpy classifier" in result.stdout
     assert "epoch 1/1: 2000 images" in result.stdout  # both publishers' halves, one epoch
     assert accuracy(result.stdout) >= 90
+
+
+@pytest.mark.parametrize("framework", ["keras", "jax"])
+def test_demo_with_another_framework(cache, framework):
+    if importlib.util.find_spec(framework) is None:
+        pytest.skip(f"{framework} not installed")
+    result = run_demo(cache, "--framework", framework, "--epochs", "1", "--batch-size", "16")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"training a {framework} classifier" in result.stdout
+    assert "epoch 1/1: 2000 images" in result.stdout
+    assert accuracy(result.stdout) >= 90
+
+
+WITHOUT = "import sys; sys.modules[sys.argv[1]] = None; from tensorcom.cli.main import main; main(sys.argv[2:])"
+
+
+@pytest.mark.parametrize("framework", ["keras", "jax"])
+def test_demo_without_the_framework_says_which_extra(cache, framework):
+    command = [sys.executable, "-c", WITHOUT, framework, "demo", "--framework", framework]
+    result = subprocess.run(command, env=cache, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(f"error: needs {framework}: pip install 'tensorcom[{framework}]'")
+
+
+def test_demo_framework_conflicts_with_no_torch(cache):
+    result = run_demo(cache, "--no-torch", "--framework", "jax")
+    assert result.returncode == 2 and "--no-torch" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_demo_fails_when_accuracy_is_too_low(cache):

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import zmq
 
 from tensorcom import tenbin
-from tensorcom.errors import DecodeError, EncodeError, MessageTooLarge, RecvTimeout, TransportError, URLError
+from tensorcom.errors import DecodeError, EncodeError, MessageTooLarge, PeerLost, RecvTimeout, TransportError, URLError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.connection import Connection
 
@@ -161,13 +162,19 @@ def test_send_timeout_without_peer(free_port):
 
 
 def test_close_lets_queued_batches_leave(free_port):
-    """A sender that closes right after serve() still delivers its whole epoch."""
+    """A sender that closes right after serve() still delivers its whole epoch: close() returns once
+    the receiver has read everything (so it runs beside the receiving loop here)."""
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=5, rcvhwm=1) as receiver:
         sender = Connection(f"zpush://127.0.0.1:{port}", timeout=5)
         sender.serve([make_batch(i) for i in range(5)])
-        sender.close()  # default linger: what is still queued in the sender leaves after close
+        closing = threading.Thread(target=sender.close)
+        closing.start()
+        time.sleep(0.3)
+        assert closing.is_alive()  # the receiver has not read the end yet
         assert [int(b[1][0]) for b in receiver] == [0, 1, 2, 3, 4]
+        closing.join(timeout=5)
+        assert not closing.is_alive()
 
 
 def test_max_message_size(free_port):
@@ -180,7 +187,13 @@ def test_max_message_size(free_port):
         with pytest.raises(MessageTooLarge):
             receiver.recv()
         assert receiver.recv()[0].shape == (10,)  # the connection survives
-        sender.send([np.zeros(5000, np.uint8)])  # one frame over the limit: ZeroMQ drops it
+        sender.send([np.zeros(5000, np.uint8)])  # one frame over the limit: ZeroMQ drops it, and the connection
+        with pytest.raises(PeerLost, match="max_message_size=4000"):  # the pass's only sender's connection
+            receiver.recv()
+    receiver = Connection(f"zpull://{where}", timeout=5, max_message_size=4000, liveness=None)
+    sender = Connection(f"zpush://{where}")
+    with sender, receiver:
+        sender.send([np.zeros(5000, np.uint8)])
         with pytest.raises(RecvTimeout, match="max_message_size=4000"):
             receiver.socket.rcvtimeo = 300
             receiver.recv()

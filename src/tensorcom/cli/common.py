@@ -224,13 +224,29 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
     sharing.add_argument("--policy", choices=["pace", "detach"], default=None,
                          help="zshare: wait for the slowest consumer (pace, the default) or detach a consumer "
                               "that falls a whole replay buffer behind")
+    cluster = parser.add_argument_group("Ray cluster (docs/ray.md; needs tensorcom[ray])")
+    cluster.add_argument("--ray", type=positive_int, default=None, metavar="N",
+                         help="serve from N Ray actors, each a disjoint share, in place of local publisher processes; "
+                              "a dead actor is restarted and serves its share again without loss (zshare/zsplit URLs)")
+    cluster.add_argument("--address", default=None, metavar="ADDR",
+                         help="the Ray cluster to join (e.g. auto, HEAD:6379); default: the one `ray start` runs "
+                              "here, else a new local instance")
+    cluster.add_argument("--ray-cpus", type=float, default=1.0, metavar="C",
+                         help="CPUs each actor reserves (default 1)")
 
 
 def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
     """The ServePlan of a server's parsed command line (URLs, the options of `add_serving_arguments`)
-    with `workers` publisher processes (None: one per binding URL, else 1)."""
+    with `workers` publisher processes (None: one per binding URL, else 1), or with `--ray N` N Ray
+    actors (tensorcom.ray.serve) on the cluster `--address` names."""
     from tensorcom.pipeline.serve_plan import DEFAULT_URL, ServePlan
     from tensorcom.transport.security import curve_from_args
+
+    if args.ray is None and args.address is not None:
+        raise ValueError("--address names the Ray cluster of --ray N; give --ray N too")
+    if args.ray is not None and workers is not None:
+        raise ValueError(f"--ray {args.ray} serves from {args.ray} Ray actors in place of publisher processes; "
+                         "leave out the publisher count")
 
     options: dict = {"resume": args.resume}
     curve = curve_from_args(args, serving=True)
@@ -241,8 +257,16 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
         options["min_consumers"] = args.min_consumers
     if sharing:
         options["sharing"] = sharing
-    return ServePlan(args.urls or [DEFAULT_URL], workers=workers, epochs=args.epochs or None, count=args.count,
-                     report=None if args.quiet else args.report or None, options=options)
+    urls, report = args.urls or [DEFAULT_URL], None if args.quiet else args.report or None
+    if args.ray is not None:
+        from tensorcom.adapters import ray
+
+        ray.check_urls(urls, args.ray)
+        serve = functools.partial(ray.serve, address=args.address, resources={"num_cpus": args.ray_cpus})
+        return ServePlan(urls, workers=args.ray, epochs=args.epochs or None, count=args.count, report=report,
+                         options=options, serve=serve, unit="Ray actor")
+    return ServePlan(urls, workers=workers, epochs=args.epochs or None, count=args.count, report=report,
+                     options=options)
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,9 @@
 """`tensorcom demo`: serve a small synthetic image dataset on loopback and train a classifier on it.
 
+`--framework torch|keras|jax|numpy` picks what trains it (default: torch when installed, else numpy;
+`--no-torch` is numpy). Keras runs on the backend the user chose ($KERAS_BACKEND, keras.json), torch
+when none was.
+
 What it runs is tensorcom.demo.run (dataset, serve-imagenet-dir subprocess, training, evaluation);
 this module parses the options, prints the progress lines and ends with `held-out accuracy: X%`.
 Exit status 0 when the accuracy reaches --min-accuracy (90%), 1 otherwise, 2 on bad usage. The server
@@ -15,6 +19,8 @@ import functools
 from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int, seconds
 from tensorcom.extras import require
 
+FRAMEWORKS = ("torch", "keras", "jax", "numpy")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Command line of `tensorcom demo`."""
@@ -23,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=positive_int, default=32, help="batch size (default 32)")
     parser.add_argument("--workers", type=positive_int, default=1, help="server publisher processes (default 1)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of augmentation and model (default 0)")
+    parser.add_argument("--framework", choices=FRAMEWORKS, default=None,
+                        help="train with this framework (default: torch when installed, else numpy)")
     parser.add_argument("--no-torch", action="store_true", help="train the numpy model even when torch is installed")
     parser.add_argument("--size", type=positive_int, default=64, help="image size served (default 64)")
     parser.add_argument("--data", default=None, help="dataset directory (default: in the tensorcom cache)")
@@ -36,11 +44,26 @@ def main(argv: list[str] | None = None) -> int:
     """tensorcom demo: returns 0 when the held-out accuracy reaches --min-accuracy, else 1."""
     from tensorcom.demo.run import DemoConfig, run_demo
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.no_torch and args.framework not in (None, "numpy"):
+        parser.error(f"--no-torch trains the numpy model; it cannot go with --framework {args.framework}")
+    backend = "numpy" if args.no_torch else args.framework or "auto"
     require("PIL")  # the dataset's images are made and decoded with Pillow
+    check_framework(backend)
     config = DemoConfig(epochs=args.epochs, batch_size=args.batch_size, workers=args.workers, seed=args.seed,
-                        size=args.size, data=args.data, backend="numpy" if args.no_torch else "auto",
-                        timeout=args.timeout)
+                        size=args.size, data=args.data, backend=backend, timeout=args.timeout)
     accuracy = run_demo(config, say=functools.partial(print, flush=True))
     print(f"held-out accuracy: {100 * accuracy:.1f}%", flush=True)
     return 0 if accuracy >= args.min_accuracy else 1
+
+
+def check_framework(backend: str) -> None:
+    """Fail at once (MissingDependency naming the extra) when the framework asked for is not installed;
+    for keras, choose its backend first (torch unless the user chose one: adapters.keras.choose_backend)."""
+    if backend == "keras":
+        from tensorcom.adapters.keras import choose_backend
+
+        choose_backend()
+    if backend in ("torch", "keras", "jax"):
+        require(backend)

@@ -12,6 +12,12 @@ it returns through a buffer of `--shuffle-buffer` items (default: served in its 
 URLs and workers follow tensorcom.serve: connecting URLs (zpush, zrpub) take any number of workers;
 binding ones (zpub, the default zpub://127.0.0.1:7880) one worker each. Options may come before,
 between or after MODULE:FUNCTION and the URLs.
+
+`--ray N` serves from N Ray actors instead of local worker processes (tensorcom.ray; docs/ray.md),
+on a new local Ray instance or the cluster `--address` names, so the same command runs on a laptop
+and on a cluster; with a zshare:// or zsplit:// URL a dead actor is restarted without loss:
+
+    tensorcom serve --ray 8 --address auto mymodule:make_pipeline zsplit://0.0.0.0:7880 --epochs 90
 """
 
 from __future__ import annotations

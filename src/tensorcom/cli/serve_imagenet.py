@@ -17,7 +17,8 @@ default URL is zpub://127.0.0.1:7880. DIR is DIR/train when that exists (0.1's l
 New: `--size` (default 224), `--min-scale` (smallest crop area, default 0.08), `--epochs E` (default 0:
 forever; an end-of-epoch marker per publisher after each), `--count N` (stop after about N batches),
 `--seed`, `-r SECONDS` between rate reports on stderr. The pipelines are tensorcom.images.imagenet's;
-tensorcom.pipeline.serve_plan runs them.
+tensorcom.pipeline.serve_plan runs them. `--ray N [--address ADDR]` serves from N Ray actors in place of
+the -P publishers (docs/ray.md; the dataset must be at the same path on every node).
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ POLL = 1.0  # seconds the receiving thread waits on the socket before checking f
 @dataclass(frozen=True)
 class DemoConfig:
     """A demo run: training epochs, batch size, server publisher processes, seed, image size served,
-    dataset directory (None: in the tensorcom cache), trainer backend ("auto", "torch", "numpy") and
-    seconds to wait for a batch."""
+    dataset directory (None: in the tensorcom cache), trainer backend (tensorcom.demo.trainer.BACKENDS:
+    "auto", "torch", "numpy", "keras", "jax") and seconds to wait for a batch."""
 
     epochs: int = 2
     batch_size: int = 32

@@ -1,9 +1,10 @@
-"""The small image classifier that `tensorcom demo` trains: torch when importable, numpy otherwise.
+"""The small image classifier that `tensorcom demo` trains: torch when importable, numpy otherwise;
+keras (tensorcom.demo.keras_trainer) or jax (tensorcom.demo.jax_trainer) when asked for.
 
-Both backends share one interface (see `Trainer`): `step(images, labels) -> loss` takes one batch of
+Every backend shares one interface (see `Trainer`): `step(images, labels) -> loss` takes one batch of
 uint8 (or float) images shaped (N, H, W, C) and integer labels (N,) and does one optimizer step;
 `predict(images) -> labels` and `accuracy(images, labels) -> fraction` evaluate. `make_trainer` picks
-the backend. Neither backend needs a GPU; both are sized to learn the demo's coloured shapes in seconds
+the backend. No backend needs a GPU; all are sized to learn the demo's coloured shapes in seconds
 on two cores.
 """
 
@@ -14,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-BACKENDS = ("auto", "torch", "numpy")
+BACKENDS = ("auto", "torch", "numpy", "keras", "jax")
 
 
 class Trainer(Protocol):
@@ -37,8 +38,9 @@ def torch_available() -> bool:
 def make_trainer(classes: int, *, backend: str = "auto", seed: int = 0, lr: float | None = None) -> Trainer:
     """A fresh classifier for `classes` labels (0..classes-1).
 
-    backend: "torch", "numpy", or "auto" (torch when importable). lr: learning rate (backend default
-    when None). Raises ValueError for a bad backend or class count, ImportError for "torch" without torch.
+    backend: "torch", "numpy", "keras", "jax", or "auto" (torch when importable, else numpy). lr:
+    learning rate (backend default when None). Raises ValueError for a bad backend or class count,
+    MissingDependency (an ImportError) naming the extra for a framework that is not installed.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
@@ -48,6 +50,14 @@ def make_trainer(classes: int, *, backend: str = "auto", seed: int = 0, lr: floa
         backend = "torch" if torch_available() else "numpy"
     if backend == "torch":
         return TorchTrainer(classes, seed=seed, lr=lr)
+    if backend == "keras":
+        from tensorcom.demo.keras_trainer import KerasTrainer
+
+        return KerasTrainer(classes, seed=seed, lr=lr)
+    if backend == "jax":
+        from tensorcom.demo.jax_trainer import JaxTrainer
+
+        return JaxTrainer(classes, seed=seed, lr=lr)
     return NumpyTrainer(classes, seed=seed, lr=lr)
 
 

@@ -2,6 +2,7 @@
 
     plan = ServePlan(["zpush://127.0.0.1:7880"], workers=2, epochs=None, count=1000)
     plan.run(pipeline_or_factory)           tensorcom.serve with the count spread over the publishers
+    ServePlan(urls, workers=4, serve=tensorcom.ray.serve, unit="Ray actor")   the same from Ray actors
 
 `count` (0: no limit) is the number of batches to send in all: each of the P publishers sends
 ceil(count / P), the epochs running back to back with one end-of-epoch marker at the end. The run
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.urls import DEFAULT_SERVER_URL
@@ -25,7 +26,9 @@ class ServePlan:
     """What to serve to: `urls` (default DEFAULT_URL), `workers` publisher processes (None: one per
     binding URL, else 1), `epochs` (None: forever), `count` batches in all (0: no limit), `report`
     seconds between rate lines on stderr (None: none), and `options`: further keyword arguments for
-    tensorcom.serve (resume=..., connection_options=...)."""
+    tensorcom.serve (resume=..., connection_options=...). `serve`: what runs the plan, with
+    tensorcom.serve's signature (None: tensorcom.serve; the cli passes tensorcom.ray.serve with its
+    cluster options bound); `unit`: what its publishers are called in the announcement."""
 
     urls: list[str] = field(default_factory=lambda: [DEFAULT_URL])
     workers: int | None = None
@@ -33,6 +36,8 @@ class ServePlan:
     count: int = 0
     report: float | None = 10.0
     options: dict = field(default_factory=dict)
+    serve: Callable[..., dict] | None = None
+    unit: str = "publisher"
 
     def publishers(self) -> int:
         """The number of publisher processes; ValueError (naming the URL) when the URLs cannot work
@@ -62,8 +67,9 @@ class ServePlan:
         urls = self.urls or [DEFAULT_URL]
         served, epochs = self.limited(target)
         what = announce or describe(served)
-        print(f"serving {what} to {' '.join(urls)} from {self.publishers()} publisher(s)", file=sys.stderr, flush=True)
-        return serve(served, urls, workers=self.workers, epochs=epochs, report=self.report or None, **self.options)
+        print(f"serving {what} to {' '.join(urls)} from {self.publishers()} {self.unit}(s)", file=sys.stderr, flush=True)
+        return (self.serve or serve)(served, urls, workers=self.workers, epochs=epochs, report=self.report or None,
+                                     **self.options)
 
 
 class Limited:

@@ -57,7 +57,7 @@ from tensorcom.transport.batches import batch_size
 from tensorcom.transport.resume import ResumePlan
 
 PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
-DEFAULT_LINGER = 10.0  # seconds a finished worker waits for its last messages to leave
+DEFAULT_LINGER = None  # a finished worker waits for its consumers to read everything, however slow
 
 
 def load_factory(spec: str) -> Callable[[], Pipeline]:
@@ -206,8 +206,9 @@ def serve_worker(job: ServeJob, index: int, messages: Any, stop: Any, barrier: A
 
 def serve_share(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
     """Build the pipeline, send share `index` epoch by epoch, each message tagged with the share
-    (yielding send_epochs's counts), close the connection (letting queued messages leave for up to
-    options["linger"] seconds)."""
+    (yielding send_epochs's counts), close the connection: its consumers read everything first (for
+    at most options["linger"] seconds when not None), or Connection.close raises Undelivered, which
+    fails the worker. After a failure or a stop, what is queued is discarded."""
     from tensorcom.transport.connection import Connection
 
     plan = job.plan
@@ -219,6 +220,9 @@ def serve_share(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[
     skips = {epoch: n for (epoch, worker), n in plan.skips.items() if worker == index}
     try:
         yield from send_epochs(pipeline, conn, job.epochs, plan.epoch, stop, barrier, skips)
+    except BaseException:
+        linger = 0.0
+        raise
     finally:
         pipeline.close()
         conn.close(linger=0.0 if stop.is_set() else linger)
@@ -333,7 +337,7 @@ class _Supervisor:
 
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
-          connection_options: dict | None = None, linger: float = DEFAULT_LINGER, resume: Any = None,
+          connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
           min_consumers: int = 1, sharing: dict | None = None, curve: Any = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
@@ -346,7 +350,9 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     report: seconds between rate reports (None or 0: none); on_report(stats) replaces the stderr line.
     connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout);
     allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
-    linger: seconds a finished worker lets its last queued messages leave before it closes.
+    linger: how long a finished worker waits for its consumers to read what it sent (None: as long as
+    they are connected); a worker whose consumers did not get everything (gone, or `linger` passed)
+    fails with Undelivered saying how many batches, so serve raises WorkerError.
     min_consumers (sharing URLs): wait for that many consumers before the first batch; sharing:
     further options of the sharing server (replay, policy, liveness). curve: CURVE keys for what the
     consumers connect to (tensorcom.transport.security.Curve; default: $TENSORCOM_CURVE_*).
@@ -374,7 +380,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
 
 def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
               report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
-              linger: float, resume: Any) -> dict:
+              linger: float | None, resume: Any) -> dict:
     """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None)."""
     assigned, binds = assign_urls(urls, workers)
     plan = _resume_plan(resume, len(assigned), first_epoch, epochs)

@@ -56,5 +56,5 @@ def consumer_lines(reports: list[dict]) -> list[str]:
     for r in reports:
         lag = "" if r.get("lag") is None else f", lag {r['lag']}"
         lines.append(f"  consumer {r['name']}: epoch {r['epoch']} batch {r['pos']}{lag}, "
-                     f"{r['samples_per_s']:.1f} samples/s, credit {r['free']}/{r['credit']}")
+                     f"{r['samples_per_s']:.1f} samples/s, credit in use {r['credit'] - r['free']}/{r['credit']}")
     return lines

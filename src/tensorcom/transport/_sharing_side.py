@@ -108,6 +108,7 @@ class SharingSide:
         message = self._joiner.next()
         if message is PASS_END:
             self.epoch_number += 1
+            self._consumed.passes = self.epoch_number  # the resume record counts passes as for every scheme
             return epoch_end
         return self._accept(message, track=False)
 

@@ -5,13 +5,24 @@ which endpoints one socket can serve), and the boundary where zmq errors become
 The context is shared by every open socket in the process (so `inproc://` works between two
 Connections) and reference-counted: it is terminated, and its I/O thread ends, when the last socket
 made here is closed. A forked child gets a fresh context.
+
+Liveness and delivery plumbing of the plain schemes (the rules are in `tensorcom.transport.liveness`
+and `_delivery`): `stream_options` (ZMTP heartbeats from senders only, TCP keepalive on receivers,
+ZMQ_IMMEDIATE on connecting senders), `open_monitor` / `connection_events` (which connections open
+and close, by file descriptor), and two read-only looks at such a descriptor: `quiet_seconds` (how
+long nothing arrived on a TCP connection) and `unacknowledged_bytes` (what its peer has not yet
+acknowledged).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
+import socket
+import struct
+import termios
 import threading
 from typing import Iterator
 
@@ -24,28 +35,36 @@ _lock = threading.Lock()
 _context: zmq.Context | None = None
 _pid = 0
 _users = 0
+_stuck = False  # a socket of the context was closed with linger -1 and then left: never term it
+_kept: list = []  # such contexts, kept from garbage collection (whose destroy() would block)
 
 
 def acquire_context() -> zmq.Context:
     """The process's shared context (created on first use); pair every call with `release_context`."""
-    global _context, _pid, _users
+    global _context, _pid, _users, _stuck
     with _lock:
         if _context is None or _pid != os.getpid():
-            _context, _pid, _users = zmq.Context(), os.getpid(), 0
+            _context, _pid, _users, _stuck = zmq.Context(), os.getpid(), 0, False
         _users += 1
         return _context
 
 
-def release_context() -> None:
-    """Drop one user of the shared context; terminates it when none is left."""
-    global _context, _users
+def release_context(stuck: bool = False) -> None:
+    """Drop one user of the shared context; terminates it when none is left. `stuck`: this user left
+    a socket lingering with no limit (an interrupted close): the context is then never terminated
+    (that would wait for the socket), only dropped."""
+    global _context, _users, _stuck
     with _lock:
         if _context is None or _pid != os.getpid():
             return
         _users -= 1
+        _stuck = _stuck or stuck
         if _users <= 0:
-            _context.term()
-            _context, _users = None, 0
+            if _stuck:
+                _kept.append(_context)
+            else:
+                _context.term()
+            _context, _users, _stuck = None, 0, False
 
 
 def make_socket(context: zmq.Context, socket_type: str, *, sndhwm: int, rcvhwm: int,
@@ -114,3 +133,83 @@ def translated(url: str, timeout: float | None = None, action: str = "receive", 
         raise TransportError(f"could not {action} within {timeout} s (no peer ready?)", url) from None
     except zmq.ZMQError as exc:
         raise TransportError(f"{action} failed: {exc.strerror or exc}", url) from exc
+
+
+# ---- liveness and delivery plumbing (plain schemes) ------------------------------------------------
+
+HEARTBEAT_IVL = 0.5  # seconds between the ZMTP PINGs every sending socket emits (from ZeroMQ's I/O thread)
+MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+             | zmq.EVENT_MONITOR_STOPPED)
+OPENED = (zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED)
+ENDED = (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED)
+_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux only
+_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (u32, milliseconds) in Linux's struct tcp_info
+
+
+def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> None:
+    """Liveness options of a plain-scheme socket, set before bind/connect (why these and not others:
+    tensorcom.transport.liveness).
+
+    Sending sockets: a ZMTP PING every HEARTBEAT_IVL s, answered by ZeroMQ's I/O threads whatever
+    the Python code does, so receivers can tell an idle sender from a dead one; a TTL of `liveness`
+    in each PING (a receiver's ZeroMQ drops the connection when nothing follows a PING for that long);
+    no heartbeat timeout of their own (a slow receiver's answers wait behind the data it has not
+    read); ZMQ_IMMEDIATE, so messages queue only for connected peers (it acts on connects).
+    Receiving sockets: no heartbeats of their own (libzmq 4.3 drops a slow reader's connection on a
+    heartbeat timeout, and can abort when its peer goes away while its queue is full); TCP keepalive
+    after `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
+    if sends:
+        sock.setsockopt(zmq.HEARTBEAT_IVL, int(HEARTBEAT_IVL * 1000))
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 0)
+        if liveness is not None:
+            sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(int(liveness * 10), 1), 65535) * 100)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+    elif liveness is not None:
+        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(int(liveness), 1))
+        sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, max(int(liveness / 4), 1))
+        sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
+
+
+def open_monitor(sock: zmq.Socket) -> zmq.Socket:
+    """A PAIR socket receiving `sock`'s connection events (MONITORED); call before bind/connect."""
+    monitor = sock.get_monitor_socket(MONITORED)
+    monitor.linger = 0
+    return monitor
+
+
+def connection_events(monitor: zmq.Socket, timeout: float = 0.0) -> list[tuple[int, int]]:
+    """(event, value) pairs waiting on `monitor` (the value of a connection event is the connection's
+    file descriptor), waiting up to `timeout` s for the first; [] when none."""
+    events = []
+    while monitor.poll(int(timeout * 1000) if not events else 0):
+        frames = monitor.recv_multipart()
+        events.append(struct.unpack("=hi", frames[0][:6]))
+    return events
+
+
+def quiet_seconds(fd: int) -> float | None:
+    """Seconds since data last arrived on TCP connection `fd` (heartbeats count), from the kernel;
+    None when unknown (not TCP, not Linux, closed)."""
+    if _TCP_INFO is None:
+        return None
+    try:
+        peek = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        info = peek.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)
+        return struct.unpack_from("I", info, _LAST_DATA_RECV)[0] / 1000
+    except (OSError, struct.error):
+        return None
+    finally:
+        peek.detach()  # the descriptor stays ZeroMQ's
+
+
+def unacknowledged_bytes(fd: int) -> int | None:
+    """Bytes written to connection `fd` that its peer has not acknowledged (TCP) or not read (ipc);
+    None when unknown."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return None

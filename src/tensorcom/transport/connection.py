@@ -18,6 +18,13 @@ stream without markers (a tensorcom 0.1 server) never ends by itself; a pass als
 batches (so it yields at most `len(conn)` batches), after `total` samples over the connection's life
 (when > 0), or with `RecvTimeout` after `timeout` seconds of silence.
 
+Liveness (plain schemes, protocol 2): a receiver raises `PeerLost` when the senders its pass waits
+on are gone (killed, host vanished, network dropped), instead of waiting for ever; the rules are in
+`tensorcom.transport.liveness`, the waiting in `_receiving`. Closing a sender delivers what it sent
+to every connected peer, however slow, or raises `Undelivered` saying how much may be lost
+(`_delivery`). Lost end-of-epoch markers (PUB/SUB) are made up for by the epoch book, so a pass
+never mixes two epochs of a sender.
+
 Resume: batches from `tensorcom.serve` carry their share (stream, worker i of N) and epoch; the
 receiver records what it was handed (`tensorcom.transport.resume`), `state_dict()` / `save_state()`
 return / write it, and a server restarted from it sends exactly the rest.
@@ -29,21 +36,21 @@ import os
 import secrets
 import socket as _socket
 import sys
-import warnings
 from typing import Any, Iterable, Iterator
 
 from tensorcom import settings, urls, wire
-from tensorcom.errors import DecodeError, TransportError
+from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
+from tensorcom.transport._delivery import Outlet
+from tensorcom.transport._receiving import Inlet, ReceivingSide
 from tensorcom.transport._secured import SecuredSockets
 from tensorcom.transport._sharing_side import SharingSide
-from tensorcom.transport.batches import batch_size, listify, prepare_batch, resolve_converters, transform_with
-from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
+from tensorcom.transport.batches import batch_size, listify, prepare_batch, resolve_converters
+from tensorcom.transport.epochs import EpochBook, expected_groups
 from tensorcom.transport.resume import Consumption, save_state
 from tensorcom.transport.stats import SequenceTracker, Statistics
 
 DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
-SEND_LINGER = 10.0  # seconds close() waits for queued outgoing messages on a sending socket
 EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
 
 
@@ -54,17 +61,18 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
-def _check_options(protocol: Any, timeout: Any, group: Any) -> None:
-    """ValueError/TypeError for a bad protocol, timeout or group."""
+def _check_options(protocol: Any, timeout: Any, group: Any, liveness: Any = None) -> None:
+    """ValueError/TypeError for a bad protocol, timeout, group or liveness."""
     if protocol not in (1, 2):
         raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    for name, value in (("timeout", timeout), ("liveness", liveness)):
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+            raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
     if group is not None and not isinstance(group, str):
         raise TypeError(f"group must be a str or None, got {group!r}")
 
 
-class Connection(SharingSide, SecuredSockets):
+class Connection(ReceivingSide, SharingSide, SecuredSockets):
     """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
 
     0.1 arguments: url (str, brace-expanded unless noexpand, or a list), epoch (len(conn), and the most
@@ -85,7 +93,9 @@ class Connection(SharingSide, SecuredSockets):
     batch_size (rebatch to this many samples) and observe (status reports only).
     Security (docs/security.md): curve (a tensorcom.transport.security.Curve; default: the
     $TENSORCOM_CURVE_* variables, none when unset) secures every socket with ZeroMQ CURVE.
-    Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive (ZMTP heartbeats).
+    Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive (ZMTP heartbeats);
+    on the plain schemes a receiver raises PeerLost by the rules of tensorcom.transport.liveness, and
+    a sender's heartbeats tell receivers to drop it after that long without a word.
     """
 
     def __init__(self, url: Any = None, epoch: int = 100000, total: int = -1, multipart: bool = True,
@@ -98,7 +108,7 @@ class Connection(SharingSide, SecuredSockets):
                  min_consumers: int = 1, replay: int | None = None, policy: str | None = None,
                  credit: int | None = None, batch_size: int | None = None, observe: bool = False,
                  liveness: float | None = 10.0, curve: Any = None):
-        _check_options(protocol, timeout, group)
+        _check_options(protocol, timeout, group, liveness)
         self.epoch, self.total = _check_int("epoch", epoch, 1), total
         self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
         self.raw, self.batch_count, self.report, self.noexpand = raw, batch_count, report, noexpand
@@ -114,7 +124,7 @@ class Connection(SharingSide, SecuredSockets):
         self._timeout_hint = ""  # ZeroMQ drops a frame over the limit without telling the receiver
         if limit < settings.DEFAULT_MAX_MESSAGE_SIZE:
             self._timeout_hint = (f" (a message with a frame over max_message_size={limit} bytes is "
-                                  "refused by ZeroMQ and never arrives)")
+                                  "refused by ZeroMQ, which closes its connection: it never arrives)")
         self.stats = Statistics(stats_horizon)
         self.liveness = liveness
         self.curve = curve  # a transport.security.Curve; None: from $TENSORCOM_CURVE_* when set
@@ -124,6 +134,8 @@ class Connection(SharingSide, SecuredSockets):
                         if v is not None}
         self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.socket = None
+        self._inlet: Inlet | None = None  # a receiving socket's liveness (plain schemes)
+        self._outlet: Outlet | None = None  # a sending socket's delivery at close (plain schemes)
         self.endpoints: list[urls.Endpoint] = []
         self.addresses: list[str] = []
         self.count = 0  # samples received
@@ -164,10 +176,23 @@ class Connection(SharingSide, SecuredSockets):
                     self._context, endpoint.socket_type, sndhwm=self.sndhwm, rcvhwm=self.rcvhwm,
                     timeout=self.timeout, max_message_size=self.max_message_size)
                 self._secure(self.socket, endpoint.sends)
+                self._watch(endpoint)
             self._warn_if_exposed(endpoint)
             self.addresses.append(sockets.attach(self.socket, endpoint))
             self.endpoints.append(endpoint)
         self._epochs.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
+        if self._inlet is not None:
+            self._inlet.url = self.url
+
+    def _watch(self, endpoint: urls.Endpoint) -> None:
+        """Liveness options, and the monitor of a new plain-scheme socket (not inproc: no connections)."""
+        sockets.stream_options(self.socket, sends=endpoint.sends, liveness=self.liveness)
+        if endpoint.transport == "inproc":
+            return
+        if endpoint.sends:
+            self._outlet = Outlet(self.socket, self.endpoints, self.addresses, lossy=endpoint.socket_type == "PUB")
+        elif self.liveness is not None and not self.raw:
+            self._inlet = Inlet(self.socket, endpoint.url, self.liveness, self._epochs)
 
     @property
     def url(self) -> str:
@@ -175,9 +200,13 @@ class Connection(SharingSide, SecuredSockets):
         return ",".join(e.url for e in self.endpoints) or "<not connected>"
 
     def close(self, linger: float | None = None) -> None:
-        """Close the socket and release the shared context; safe to call twice. Queued outgoing
-        messages get up to `linger` seconds to leave (default: SEND_LINGER for a sending socket, so
-        the end of a stream is not lost; 0 for a receiving one)."""
+        """Close the socket and release the shared context; safe to call twice.
+
+        A sending socket first delivers what it sent (docs/transport.md, "What close() promises"):
+        it returns once every peer connected now has read everything, however slow it is, waiting
+        at most `linger` seconds (default: `timeout`; None: while peers are connected; 0: discard
+        what is queued, without a word), and raises Undelivered, naming the peers and a bound on the
+        batches they did not get, when some did not. A receiving socket closes at once."""
         if self._closed:
             return
         self._closed = True
@@ -188,19 +217,41 @@ class Connection(SharingSide, SecuredSockets):
                 self._release_security()
                 sockets.release_context()
             return
-        if linger is None:
-            linger = SEND_LINGER if self.endpoints and self.endpoints[0].sends else 0.0
-        if self.socket is not None:
-            self.socket.close(linger=int(max(linger, 0.0) * 1000))
+        if self.socket is None:
+            return
+        linger = self.timeout if linger is None else linger
+        delivery, stuck = None, False
+        try:
+            delivery = self._close_socket(linger)
+        except BaseException:
+            stuck = self._outlet is not None and linger is None  # its socket may linger for ever
+            if not self.socket.closed:
+                self.socket.close(linger=0)
+            raise
+        finally:
             self.socket = None
             self._release_security()
-            sockets.release_context()
+            sockets.release_context(stuck)
+        if delivery is not None:
+            delivery.check(self.url)
+
+    def _close_socket(self, linger: float | None) -> Any:
+        """Close the plain-scheme socket (see close); the Delivery of a monitored sending one."""
+        if self._inlet is not None:
+            self._inlet.close()
+        if self._outlet is not None:
+            return self._outlet.finish(self.socket, linger, self.sndhwm)
+        sending = bool(self.endpoints) and self.endpoints[0].sends
+        self.socket.close(linger=(-1 if linger is None else int(max(linger, 0.0) * 1000)) if sending else 0)
+        return None
 
     def __enter__(self) -> "Connection":
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
+        """close(); leaving by an exception, a plain sending socket discards what is still queued
+        rather than wait to deliver it."""
+        self.close(linger=0.0 if exc_type is not None and self._outlet is not None else None)
 
     def __len__(self) -> int:
         """0.1's `epoch` argument."""
@@ -227,6 +278,8 @@ class Connection(SharingSide, SecuredSockets):
         nbytes = self._send_frames(frames, copy=copy)
         self._seq += 1
         self.stats.add(nbytes, batch_size(batch))
+        if self._outlet is not None:
+            self._outlet.sent("batch", nbytes)
 
     write = send
 
@@ -248,12 +301,17 @@ class Connection(SharingSide, SecuredSockets):
 
     def end_epoch(self) -> None:
         """Send an end-of-epoch marker (protocol 2; with protocol 1 nothing is sent) and start the next
-        epoch. A PUSH socket sends one marker per endpoint so that, round-robin, each peer gets one."""
+        epoch. A PUSH socket sends one marker per connected peer (per endpoint over inproc) so that,
+        round-robin, each peer gets one."""
         if self.protocol == 2:
             frames = wire.encode_end_of_epoch(seq=self._seq, epoch=self.epoch_number, sender=self.sender,
                                               group=self.group, group_size=self.group_size, share=self.share)
             push = self.endpoints and self.endpoints[0].socket_type == "PUSH"
-            self._send_frames(frames, times=len(self.endpoints) if push else 1)
+            peers = len(self.endpoints) if self._outlet is None else max(self._outlet.peers(), 1)
+            times = peers if push else 1
+            nbytes = self._send_frames(frames, times=times)
+            if self._outlet is not None:
+                self._outlet.sent("marker", nbytes, times)
         self.epoch_number += 1
 
     def serve(self, source: Iterable, *, report: int = -1, copy: bool = False) -> int:
@@ -274,72 +332,6 @@ class Connection(SharingSide, SecuredSockets):
         return sent
 
     # ---- receiving ----------------------------------------------------------------------------
-
-    def _recv_message(self) -> Any:
-        """The next message: a wire.Message, or the frames themselves when `raw`."""
-        sock = self._live_socket()
-        with sockets.translated(self.url, self.timeout, "receive", self._timeout_hint):
-            frames = sock.recv_multipart(copy=False)
-        buffers = [frame.buffer for frame in frames]
-        if self.endpoints[0].topic:
-            buffers = buffers[1:]
-        self._received += 1
-        if self.raw:
-            self.stats.add(sum(b.nbytes for b in buffers), 1)
-            return buffers
-        try:
-            return wire.decode_message(buffers, max_size=self.max_message_size)
-        except DecodeError as exc:  # name the URL and the message; keep the class and the frame index
-            error = type(exc)(f"{self.url}: message {self._received}: {exc}")
-            error.index = exc.index
-            raise error from exc
-
-    def _accept(self, message: Any, track: bool = True) -> Any:
-        """Account for a received batch message and return its batch, transformed and converted.
-        `track`: count it in the sequence tracker and epoch book (not for zjoin, whose server decides)."""
-        if track:
-            self._tracker.batch(message.sender, message.seq)
-            self.stats.dropped = self._tracker.dropped
-            self._epochs.delivered(message)
-        batch = message.batch
-        if isinstance(batch, tuple):
-            batch = list(batch)
-        self.batch_size = self.batchsize(batch)
-        self.stats.add(message.nbytes, self.batch_size)
-        self.count += self.batch_size
-        if message.share is not None:
-            self._consumed.batch(message.share, message.epoch, self.batch_size)
-        batch = transform_with(batch, self.batch_transforms)
-        return transform_with(batch, self.converters)
-
-    def _note_marker(self, message: Any) -> bool:
-        """Record an end-of-epoch marker; True when it completes the epoch (see the module docstring)."""
-        self._tracker.marker(message.sender, message.seq)
-        self.stats.dropped = self._tracker.dropped
-        if message.share is not None:
-            self._consumed.marker(message.share, message.epoch)
-        if not self._epochs.marker(message):
-            return False
-        self.epoch_number += 1
-        self._consumed.passes = self.epoch_number
-        return True
-
-    def _next_message(self) -> Any:
-        """The next message to process: released held-back ones first, then the socket; messages
-        the epoch book holds for the next pass or drops (retired senders) are skipped."""
-        while True:
-            message = self._epochs.release()
-            if message is None:
-                message = self._recv_message()
-            if self.raw:
-                return message
-            verdict = self._epochs.admit(message)
-            if verdict is Verdict.LATE:
-                warnings.warn(f"{self.url}: senders are more than {len(self._epochs.held)} messages apart "
-                              "in their epochs; later epochs' batches are delivered in this pass",
-                              RuntimeWarning, stacklevel=3)
-            if verdict in (Verdict.DELIVER, Verdict.LATE):
-                return message
 
     def _next_batch(self) -> Any:
         """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the

@@ -3,10 +3,11 @@ sockets (no zmq import), so every rule is testable with plain `wire.Message` val
 
 Feed an `EpochBook` every decoded protocol-2 message in arrival order:
 
-    verdict = book.admit(message)     # DELIVER, LATE (deliver, with a warning), HOLD or DROP
+    verdict = book.admit(message)     # DELIVER, LATE (deliver, with a warning), HOLD, DROP or LOST_MARKER
     book.delivered(message)           # a batch handed to the caller: its sender is now mid-pass
     ended = book.marker(message)      # an end-of-epoch marker; True when it ends the pass
     message = book.release()          # after a pass ended: the held messages, oldest first, then None
+    book.abandon(senders)             # the pass ends because these senders are gone (PeerLost)
 
 The rules (docs/transport.md, "The end of an epoch"):
 - A marker names its sender's `group` and `group_size` (a sender without a group is a group of its
@@ -17,9 +18,21 @@ The rules (docs/transport.md, "The end of an epoch"):
 - A message from a sender that has already ended the current pass is held back for the next pass
   (HOLD), up to `max_held_messages` / `max_held_bytes`; past that it is let through (LATE), so a
   receiver never stalls on a lagging peer.
+- Lost markers (a lossy PUB/SUB link drops them like any message): every message carries its
+  sender's epoch, and the book knows the epoch each sender is in. A batch of a later epoch from a
+  sender midway through its epoch means the sender's marker was lost: admit() answers LOST_MARKER,
+  puts the batch back (release() returns it next) and `stand_in` is a marker for the sender's
+  current epoch to process in its place, which ends the pass if the rules say so (the batch then
+  opens the next pass, or is held for it). From a sender at the start of an epoch (its marker came)
+  it means whole epochs were lost: they open no pass. A marker of a later epoch stands for the lost
+  ones before it; a marker of an epoch the sender has already ended (a duplicate) is dropped. `lost_markers` counts the markers that never arrived,
+  `implicit_ends` the passes a stand-in ended. So a pass never mixes two epochs of one sender.
 - A restarted sender is a new sender (a new id). A message whose `share` (stream, worker) was sent so
   far by another id replaces that sender: the old one is retired (its markers, its place in the pass
   and its held messages are forgotten) and whatever still arrives from it is dropped (DROP).
+- A sender that is gone (`abandon`, after PeerLost) is forgotten the same way, through the epoch it
+  was in: its later messages of that epoch or earlier are dropped, a later epoch finds it new. The
+  pass ends there: the markers of the senders that had ended it are consumed, held messages released.
 - Protocol-1 messages (no sender) are always delivered and never end a pass.
 
 `waiting_on()` names the senders a pass waits for (for timeout and peer-lost messages).
@@ -27,9 +40,10 @@ The rules (docs/transport.md, "The end of an epoch"):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections import deque
-from typing import Any
+from typing import Any, Iterable
 
 MAX_HELD_MESSAGES = 100  # next-epoch messages kept back while other senders finish their epoch
 MAX_HELD_BYTES = 1 << 30
@@ -47,7 +61,8 @@ class Verdict(enum.Enum):
     DELIVER = "deliver"  # process it now
     LATE = "late"  # process it now although it belongs to the next pass (held limits reached)
     HOLD = "hold"  # kept by the book for the next pass; see release()
-    DROP = "drop"  # from a retired sender: discard
+    DROP = "drop"  # from a retired or forgotten sender, or a duplicate marker: discard
+    LOST_MARKER = "lost marker"  # process book.stand_in (a marker) instead; the message comes back from release()
 
 
 class EpochBook:
@@ -66,19 +81,30 @@ class EpochBook:
         self.active: set[str] = set()  # senders that delivered batches in this pass, not ended yet
         self.slots: dict[tuple[str, int], str] = {}  # (stream, worker) -> the sender sending it now
         self.retired: set[str] = set()  # senders replaced by a restarted one
+        self.forgotten: dict[str, int] = {}  # sender -> the epoch through which it is dropped (gone)
+        self.position: dict[str, int] = {}  # sender -> the epoch its next message belongs to
+        self.midway: set[str] = set()  # senders with a batch of that epoch seen (not at its start)
+        self.groups: dict[str, tuple[str | None, int]] = {}  # sender -> (group, group_size) of its markers
         self.held: list = []  # messages of ended senders, for the next pass
         self.held_bytes = 0
         self.backlog: deque = deque()  # released messages, to process before new ones
-        self.passes = 0  # passes ended
+        self.stand_in: Any = None  # the marker to process after a LOST_MARKER verdict
+        self.passes = 0  # passes ended by markers (real or standing in)
+        self.lost_markers = 0  # markers known lost (epochs that went by without their marker)
+        self.implicit_ends = 0  # passes ended by a marker standing in for a lost one
+        self.abandoned = 0  # passes ended because their senders were gone
 
     def admit(self, message: Any) -> Verdict:
         """Decide what happens to `message` (a batch or a marker); HOLD keeps it here."""
         sender = message.sender
         if sender is None:
             return Verdict.DELIVER
-        if sender in self.retired:
+        if sender in self.retired or self._forgotten(message):
             return Verdict.DROP
         self._claim_slot(message)
+        verdict = self._check_epoch(message)
+        if verdict is not None:
+            return verdict
         if sender not in self.ended:
             return Verdict.DELIVER
         if len(self.held) >= self.max_held_messages or self.held_bytes >= self.max_held_bytes:
@@ -94,22 +120,23 @@ class EpochBook:
 
     def marker(self, message: Any) -> bool:
         """Record an end-of-epoch marker; True when it ends the pass (then release() the held ones)."""
-        self.ended.add(message.sender)
-        self.active.discard(message.sender)
-        key = ("group", message.group) if message.group is not None else ("sender", message.sender)
+        sender = message.sender
+        if message.epoch is not None:
+            self.position[sender] = max(self.position.get(sender, 0), message.epoch + 1)
+        self.midway.discard(sender)
+        if message is not self.stand_in:
+            self.groups[sender] = (message.group, message.group_size)
+        self.ended.add(sender)
+        self.active.discard(sender)
+        key = ("group", message.group) if message.group is not None else ("sender", sender)
         entry = self.markers.setdefault(key, {"size": message.group_size, "senders": {}})
-        entry["senders"][message.sender] = entry["senders"].get(message.sender, 0) + 1
+        entry["senders"][sender] = entry["senders"].get(sender, 0) + 1
         complete = [e for e in self.markers.values() if len(e["senders"]) >= e["size"]]
         if len(complete) < self.expected or self.active:
             return False
-        for entry in complete:  # consume one marker of each sender of each complete group
-            self.ended.difference_update(entry["senders"])
-            entry["senders"] = {s: n - 1 for s, n in entry["senders"].items() if n > 1}
-        self.markers = {k: e for k, e in self.markers.items() if e["senders"]}
-        self.backlog.extendleft(reversed(self.held))  # held ones arrived before what is left there
-        self.held.clear()
-        self.held_bytes = 0
+        self._end_pass({sender for entry in complete for sender in entry["senders"]})
         self.passes += 1
+        self.implicit_ends += message is self.stand_in
         return True
 
     def release(self) -> Any:
@@ -119,6 +146,70 @@ class EpochBook:
     def waiting_on(self) -> list[str]:
         """The senders that delivered batches in this pass and have not ended it, sorted."""
         return sorted(self.active)
+
+    def abandon(self, senders: Iterable[str]) -> None:
+        """End the current pass because `senders` are gone: forget each through the epoch it was in,
+        consume one marker of every sender that had ended the pass, release the held messages."""
+        for sender in senders:
+            self.forgotten[sender] = self.position.get(sender, 0)
+            self._purge(sender)
+        self._end_pass(set(self.ended))
+        self.active.clear()
+        self.abandoned += 1
+
+    def retire(self, sender: str) -> None:
+        """Forget `sender` (it was replaced by a restarted one): its markers, its place in the pass,
+        its held messages; its later messages are dropped."""
+        self.retired.add(sender)
+        self._purge(sender)
+
+    def _end_pass(self, senders: set[str]) -> None:
+        """Consume one marker of each of `senders`; release the held messages."""
+        for entry in self.markers.values():
+            entry["senders"] = {s: n - (s in senders) for s, n in entry["senders"].items() if n > (s in senders)}
+        self.markers = {k: e for k, e in self.markers.items() if e["senders"]}
+        self.ended -= senders
+        self.backlog.extendleft(reversed(self.held))  # held ones arrived before what is left there
+        self.held.clear()
+        self.held_bytes = 0
+
+    def _check_epoch(self, message: Any) -> Verdict | None:
+        """LOST_MARKER (with `stand_in` set) for a batch of an epoch past its sender's when the sender
+        was midway through its epoch, DROP for a marker of an epoch the sender has ended; else None.
+        Counts lost markers. (A sender at the start of an epoch whose next message is of a later
+        epoch lost whole epochs: they open no pass.)"""
+        sender, epoch = message.sender, message.epoch
+        current = self.position.get(sender)
+        if epoch is None:
+            return None
+        if message.kind == "end_of_epoch":
+            if current is not None and epoch < current:
+                return Verdict.DROP
+            self.lost_markers += 0 if current is None else epoch - current
+            return None
+        if current is None or epoch <= current or sender not in self.midway:
+            self.lost_markers += 0 if current is None else max(epoch - current, 0)
+            self.position[sender] = max(epoch, current or 0)
+            self.midway.add(sender)
+            return None
+        self.lost_markers += epoch - current
+        group, size = self.groups.get(sender, (None, 1))
+        self.stand_in = dataclasses.replace(message, kind="end_of_epoch", batch=None, epoch=current,
+                                            group=group, group_size=size, nbytes=0)
+        self.position[sender] = epoch
+        self.backlog.appendleft(message)
+        return Verdict.LOST_MARKER
+
+    def _forgotten(self, message: Any) -> bool:
+        """True for a message of a forgotten sender from the epoch it was lost in or before; a later
+        epoch makes it a sender like any other again."""
+        through = self.forgotten.get(message.sender)
+        if through is None:
+            return False
+        if message.epoch is not None and message.epoch <= through:
+            return True
+        del self.forgotten[message.sender]
+        return False
 
     def _claim_slot(self, message: Any) -> None:
         """Make the message's sender the one sending its share; retire the sender it replaces."""
@@ -130,12 +221,12 @@ class EpochBook:
         if previous is not None and previous != message.sender:
             self.retire(previous)
 
-    def retire(self, sender: str) -> None:
-        """Forget `sender` (it was replaced by a restarted one): its markers, its place in the pass,
-        its held messages; its later messages are dropped."""
-        self.retired.add(sender)
+    def _purge(self, sender: str) -> None:
+        """Remove `sender` from the pass: its markers, its place, its held and released messages."""
         self.active.discard(sender)
         self.ended.discard(sender)
+        self.position.pop(sender, None)
+        self.midway.discard(sender)
         for entry in self.markers.values():
             entry["senders"].pop(sender, None)
         self.markers = {k: e for k, e in self.markers.items() if e["senders"]}

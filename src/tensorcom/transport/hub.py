@@ -9,6 +9,11 @@ runs in its own process.
 
 The workers' batches are forwarded as they arrive (one encoding for all consumers); their markers are
 counted, so each epoch ends once for the consumers, after the last worker's marker.
+
+Workers on other machines (tensorcom.ray's actors): `Hub(url, input_host="10.0.0.5")` binds the input
+on tcp, that host, a port of the system's choosing (`worker_url` "zpush://10.0.0.5:PORT"); and
+`hub.server.handover(stream, i, n)` gives share i to a restarted worker, which skips what was taken.
+The input is not authenticated: bind it on a network only the cluster reaches.
 """
 
 from __future__ import annotations
@@ -37,28 +42,30 @@ def sharing_mode(endpoints: list) -> str:
 
 class Hub:
     """A ShareServer bound to `url` (zshare/zsplit, brace-expanded) whose input is an ipc socket that
-    serving workers push to; `curve`: a security.Curve for its consumers (default: $TENSORCOM_CURVE_*).
+    serving workers push to, or with `input_host` a tcp socket on that host (any free port);
+    `curve`: a security.Curve for its consumers (default: $TENSORCOM_CURVE_*).
     `options`: ShareServer's (min_consumers, replay, policy, liveness)."""
 
-    def __init__(self, url: Any, curve: Any = None, **options: Any):
+    def __init__(self, url: Any, curve: Any = None, input_host: str | None = None, **options: Any):
         endpoints = urls.parse_all(url)
         self._releases: list = []
         self._curve = curve if curve is not None else security.curve_from(serving=True)
         mode = sharing_mode(endpoints)
-        self._dir = tempfile.mkdtemp(prefix="tc-hub-", dir="/tmp")
-        address = f"ipc://{os.path.join(self._dir, 'in')}"
-        self.worker_url = f"zpush+{address}"
+        self._dir = None if input_host else tempfile.mkdtemp(prefix="tc-hub-", dir="/tmp")
+        address = f"tcp://{input_host}:*" if input_host else f"ipc://{os.path.join(self._dir, 'in')}"
+        self._finisher = None
         self._context = sockets.acquire_context()
         try:
             self.server = ShareServer(endpoints, mode, address, context=self._context, input_hwm=INPUT_HWM,
                                       secure=self._secure, **options)
+            bound = self.server.input_address
+            self.worker_url = f"zpush://{input_host}:{bound.rsplit(':', 1)[1]}" if input_host else f"zpush+{bound}"
             for endpoint in endpoints:
                 security.warn_if_exposed(endpoint, self._curve)
         except BaseException:
             self._release()
             raise
         self.server.start()
-        self._finisher = None
 
     @property
     def addresses(self) -> list[str]:
@@ -70,7 +77,7 @@ class Hub:
 
         self._finisher = self._context.socket(zmq.PUSH)
         self._finisher.linger = 1000
-        self._finisher.connect(self.worker_url.removeprefix("zpush+"))
+        self._finisher.connect(self.server.input_address)
         fields = {} if ends is None else {"ends": ends}
         self._finisher.send(envelope.encode("finish", **fields))
 
@@ -100,4 +107,5 @@ class Hub:
         if self._context is not None:
             sockets.release_context()
             self._context = None
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)

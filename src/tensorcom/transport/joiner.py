@@ -278,6 +278,6 @@ class Joiner:
             if leave and link.server is not None:
                 link.send("leave")
             link.monitor.close(linger=0)
-            link.sock.close(linger=100 if leave else 0)
+            link.sock.close(linger=1000 if leave else 0)  # the last acks and the leave get out
         self.links = []
 

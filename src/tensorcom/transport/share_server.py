@@ -8,9 +8,11 @@ joined (`zjoin://`) as `tensorcom.transport.sharing` decides (share: everyone, s
     result = server.wait(timeout=None)    # {"undelivered": {...}, "consumers": [...], ...}
 
 Input: protocol-2 wire messages (batches and end-of-epoch markers) from one in-process producer (a
-Connection on `inproc://`) or from the serving workers of `tensorcom.serve` (`ipc://`); their markers
-are counted with an `EpochBook` (a group of N workers ends an epoch after N markers), and each epoch's
-end becomes one item of the served stream. Batches are forwarded as the frames received, so one
+Connection on `inproc://`), from the serving workers of `tensorcom.serve` (`ipc://`) or from Ray actors
+(`tcp://`, tensorcom.ray); their markers are counted with an `EpochBook` (a group of N workers ends an
+epoch after N markers), and each epoch's end becomes one item of the served stream. The batches taken
+of each share (stream, epoch, worker) are counted, so that a restarted worker can take its share over
+where its predecessor stopped (`handover`). Batches are forwarded as the frames received, so one
 encoding reaches every consumer (zero-copy fan-out). The control frame `finish` (optionally with
 "ends": epochs to wait for first) ends the stream; batches sent after the last marker get an end.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from typing import Any
+from typing import Any, Iterable
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -37,6 +39,7 @@ from tensorcom.transport._heartbeats import apply_heartbeats
 from tensorcom.transport._sockets import translated
 from tensorcom.transport.batches import batch_size
 from tensorcom.transport.epochs import EpochBook, Verdict
+from tensorcom.transport.resume import ResumePlan
 from tensorcom.transport.sharing import Item, Send, make_book
 
 POLL_MS = 50
@@ -81,6 +84,9 @@ class ShareServer:
         self._fds: dict[Any, int] = {}  # peer -> the fd its messages came from
         self._observers: set = set()
         self._input_epochs = EpochBook(1)
+        self._input_lock = threading.Lock()  # the input's book and counts: the thread and handover()
+        self.received: dict[tuple[str, int, int], int] = {}  # (stream, epoch, worker) -> batches taken
+        self.input_batches = self.input_samples = 0  # taken from the input in all
         self._epoch: int | None = None  # the served stream's epoch (the first input message's)
         self._pos = 0
         self._finish_after: int | None = None  # ends to wait for before the stream ends
@@ -105,6 +111,7 @@ class ShareServer:
             self.input.rcvhwm = input_hwm
             with translated(input_address, action="bind"):
                 self.input.bind(input_address)
+            self.input_address = self.input.getsockopt_string(zmq.LAST_ENDPOINT)  # with the port "*" chose
         except BaseException:
             self._close_sockets()
             raise
@@ -140,6 +147,27 @@ class ShareServer:
         """Stop now (whatever is not delivered is counted in the result)."""
         self.stop.set()
         return self.wait()
+
+    @property
+    def input_epoch(self) -> int | None:
+        """The epoch the input is in (its earlier epochs have ended); None before the first message."""
+        return self._epoch
+
+    def handover(self, stream: str, worker: int, workers: int, *, first_epoch: int = 0,
+                 retire: Iterable[str] = ()) -> ResumePlan:
+        """Give share `worker` of `workers` of `stream` to a new sender (a restarted worker): the sender
+        that sent it so far and the senders `retire` (which may not have been heard from yet) are
+        retired, so whatever still arrives from them is dropped; returns the new sender's plan: from
+        the input's current epoch (`first_epoch` before any input) on, skip the batches of the share
+        taken so far, and end each of those epochs again (the retired sender's markers are forgotten).
+        Safe from any thread: every input message is either counted here or dropped."""
+        with self._input_lock:
+            current = self._input_epochs.slots.get((stream, worker))
+            for sender in {*retire, current} - {None}:
+                self._input_epochs.retire(sender)
+            epoch = first_epoch if self._epoch is None else self._epoch
+            skips = {(e, w): n for (s, e, w), n in self.received.items() if s == stream and w == worker and e >= epoch}
+            return ResumePlan(stream, workers, epoch, skips)
 
     # ---- the thread -------------------------------------------------------------------------
 
@@ -247,12 +275,13 @@ class ShareServer:
     def _on_input(self) -> None:
         while self.book.can_take() and self.input.poll(0):
             frames = self.input.recv_multipart(copy=False)
-            if envelope.is_control(frames[0].buffer):
-                self._on_finish(envelope.decode(frames[0].buffer))
-                continue
-            self._admit(frames, wire.decode_message([f.buffer for f in frames]))
-            while self.book.can_take() and (held := self._input_epochs.release()) is not None:
-                self._admit(held[0], held[1])
+            with self._input_lock:
+                if envelope.is_control(frames[0].buffer):
+                    self._on_finish(envelope.decode(frames[0].buffer))
+                    continue
+                self._admit(frames, wire.decode_message([f.buffer for f in frames]))
+                while self.book.can_take() and (held := self._input_epochs.release()) is not None:
+                    self._admit(held[0], held[1])
 
     def _admit(self, frames: list, message: Any) -> None:
         """One input message through the input's epoch book: batches become items, a completed
@@ -263,12 +292,20 @@ class ShareServer:
         if self._epoch is None:
             self._epoch = message.epoch or 0
         if message.kind == "batch":
-            self._add(Item(self._items, self._epoch, self._pos, frames, _samples(message.batch),
-                               message.nbytes))
+            samples = _samples(message.batch)
+            self._add(Item(self._items, self._epoch, self._pos, frames, samples, message.nbytes))
             self._pos += 1
             self._input_epochs.delivered(message)
+            self._count(message, samples)
         elif self._input_epochs.marker(message):
             self._end_epoch()
+
+    def _count(self, message: Any, samples: int) -> None:
+        """Count a batch taken from the input, per share when it has one (for handover)."""
+        self.input_batches, self.input_samples = self.input_batches + 1, self.input_samples + samples
+        if message.share is not None and message.epoch is not None:
+            key = (message.share.stream, message.epoch, message.share.worker)
+            self.received[key] = self.received.get(key, 0) + 1
 
     def _add(self, item: Item) -> None:
         self.book.add(item)
@@ -278,6 +315,7 @@ class ShareServer:
         self._add(Item(self._items, self._epoch or 0, self._pos))
         self._ends += 1
         self._epoch, self._pos = (self._epoch or 0) + 1, 0
+        self.received = {key: n for key, n in self.received.items() if key[1] >= self._epoch}
         if self._finish_after is not None and self._ends >= self._finish_after:
             self.book.end_stream()
 

@@ -219,8 +219,8 @@ class ShareBook(_Book):
         return consumer.unacked[0][1].index if consumer.unacked else consumer.cursor
 
     def _front_free(self) -> bool:
-        front = self.buffer[0].index
-        return all(self._needed_from(c) > front for c in self.consumers.values())
+        front = self.buffer[0].index  # with no consumer at all, the buffer waits for one
+        return bool(self.consumers) and all(self._needed_from(c) > front for c in self.consumers.values())
 
     def can_take(self) -> bool:
         """True when a new item may be added: the stream flows, and the buffer has room or its front

@@ -1,4 +1,5 @@
-"""Running statistics of a connection: message rate, byte throughput, samples, and dropped batches.
+"""Running statistics of a connection: message rate, byte throughput, samples, dropped batches and
+lost end-of-epoch markers.
 
 `Statistics` keeps totals since `reset()` plus a window of the last `horizon` messages (for the
 `recent_*` figures). `SequenceTracker` counts batches lost on lossy PUB/SUB links from gaps in the
@@ -47,7 +48,10 @@ class Statistics:
 
     `add(nbytes, samples)` records one message. `rate()`/`throughput()` are messages/s and bytes/s
     since the first message; `recent_rate()`/`recent_throughput()` the same over the window `recent`
-    (a deque of (time, nbytes, samples)). `dropped` is the number of batches known to be lost.
+    (a deque of (time, nbytes, samples)). `dropped` is the number of batches known to be lost,
+    `lost_markers` the end-of-epoch markers known to be lost (an epoch's batches arrived after its
+    sender's marker should have), `implicit_ends` the passes that such a batch ended (a stand-in for
+    the lost marker; tensorcom.transport.epochs).
     """
 
     def __init__(self, horizon: int = 1000):
@@ -57,13 +61,15 @@ class Statistics:
         self.reset()
 
     def reset(self) -> None:
-        """Forget everything (the dropped count included)."""
+        """Forget everything (the dropped and lost-marker counts included)."""
         self.start = time.monotonic()
         self.last = self.start
         self.count = 0
         self.total = 0
         self.samples = 0
         self.dropped = 0
+        self.lost_markers = 0
+        self.implicit_ends = 0
         self.recent: collections.deque = collections.deque(maxlen=self.horizon)
 
     def add(self, nbytes: int, samples: int = 1) -> None:
@@ -122,11 +128,14 @@ class Statistics:
             "samples_per_s": round(self.recent_sample_rate(), 3),
             "MB_per_s": round(self.recent_throughput() / 1e6, 3),
             "dropped": self.dropped,
+            "lost_markers": self.lost_markers,
+            "implicit_ends": self.implicit_ends,
         }
 
     def summary(self) -> str:
-        """One line: recent rate, throughput and the dropped count."""
+        """One line: recent rate, throughput, the dropped count (and lost markers, when some were)."""
+        lost = f" lost markers {self.lost_markers}" if self.lost_markers else ""
         return (
             f"rate {self.recent_rate():.1f} msg/s throughput {self.recent_throughput():.2e} bytes/s "
-            f"dropped {self.dropped}"
+            f"dropped {self.dropped}{lost}"
         )

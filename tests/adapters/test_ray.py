@@ -1,0 +1,204 @@
+"""tensorcom.ray on a local Ray instance (ray.init(num_cpus=2), started once for the module): two
+actors deliver one epoch exactly; an actor killed mid-epoch is restarted and the epoch still arrives
+whole with no duplicate; a Ray Data dataset reaches a plain consumer; no actor outlives its serve.
+
+The actors build their pipeline from this file ("tests/adapters/test_ray.py:make_ids"), so this
+module is also imported in the actors' processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+SAMPLES = 240  # sample ids 0..239 per epoch
+BATCH = 4
+FACTORY = f"{os.path.abspath(__file__)}:make_ids"
+
+
+def slow_id(sample: int) -> dict:
+    time.sleep(0.004)  # an epoch takes about 0.5 s per actor: long enough to kill one in its middle
+    return {"id": np.int64(sample)}
+
+
+def make_ids():
+    """The served pipeline: ids 0..SAMPLES-1, batches of BATCH (the actors take shares of it)."""
+    from tensorcom.pipeline import Pipeline
+
+    return Pipeline(list(range(SAMPLES)), seed=0).map(slow_id).batch(BATCH)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray instance with 2 CPUs on 127.0.0.1, shut down after the module's tests."""
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
+    """The pids still alive after up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [pid for pid in pids if alive(pid)]
+
+
+def consume(url: str, ids: list, during=None) -> None:
+    """Join `url` and collect one pass's ids; `during(batches_so_far)` after each batch."""
+    from tensorcom import Connection
+
+    with Connection(url, credit=2, timeout=60) as conn:
+        for batch in conn:
+            ids.extend(int(i) for i in batch["id"])
+            if during is not None:
+                during(len(ids) // BATCH)
+
+
+def test_two_actors_deliver_one_epoch_exactly(cluster, free_port):
+    from tensorcom.adapters import ray as tray
+
+    url = f"zsplit://127.0.0.1:{free_port()}"
+    ids: list[int] = []
+    with tray.start(FACTORY, url, workers=2, epochs=1, host="127.0.0.1", report=None, name="ids") as serving:
+        assert serving.urls == [url.replace("zsplit", "zjoin")]
+        assert tray.endpoints("ids") == serving.urls  # what a trainer connected to the cluster finds
+        consume(serving.urls[0], ids)
+        result = serving.wait(timeout=60)
+        pids = [m.pid for m in serving.members]
+        assert len(set(pids)) == 2 and all(alive(pid) for pid in pids)
+    assert sorted(ids) == list(range(SAMPLES))
+    assert result["batches"] == SAMPLES // BATCH and result["samples"] == SAMPLES and result["restarts"] == 0
+    assert wait_gone(pids) == []
+    assert ray.util.list_named_actors(all_namespaces=True) == []
+
+
+def test_actors_killed_mid_epoch_are_restarted_and_nothing_is_lost_or_repeated(cluster, free_port):
+    from tensorcom.adapters import ray as tray
+
+    url = f"zsplit://127.0.0.1:{free_port()}"
+    passes: list[list[int]] = [[], []]
+    killed: list[int] = []
+    with tray.start(FACTORY, url, workers=2, epochs=2, host="127.0.0.1", report=None) as serving:
+
+        def kill_in(epoch: int, batches: int) -> None:
+            """Mid-epoch (10 of 60 batches in): epoch 0 loses actor 1 to ray.kill, epoch 1 actor 0 to SIGKILL."""
+            if len(killed) == epoch and batches >= 10:
+                victim = serving.members[1 - epoch]
+                killed.append(victim.pid)
+                if epoch == 0:
+                    ray.kill(victim.actor, no_restart=False)  # Ray restarts it (max_restarts)
+                else:
+                    os.kill(victim.pid, signal.SIGKILL)
+
+        for epoch in range(2):
+            consume(serving.urls[0], passes[epoch], lambda batches, epoch=epoch: kill_in(epoch, batches))
+        result = serving.wait(timeout=60)
+        pids = [m.pid for m in serving.members]
+    assert sorted(passes[0]) == list(range(SAMPLES)), "epoch 0: every id once"
+    assert sorted(passes[1]) == list(range(SAMPLES)), "epoch 1: every id once"
+    assert result["restarts"] == 2 and not set(killed) & set(pids)
+    assert wait_gone(pids + killed) == []
+
+
+def test_a_killed_driver_takes_its_actors_along(cluster, free_port, popen):
+    """`tensorcom serve --ray 2 --address CLUSTER` (a subprocess) starts its actors, then is killed
+    before any consumer joined: Ray kills the actors of a dead owner."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("tensorcom")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tensorcom.cli.main"]
+    driver = popen.start([*command, "serve", "--ray", "2", "--address", ray.get_runtime_context().gcs_address,
+                          FACTORY, f"zsplit://127.0.0.1:{free_port()}", "--epochs", "1", "-r", "1"],
+                         stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in driver.stderr:
+        if line.startswith("consumers join"):
+            pids = [int(pid) for pid in re.findall(r"pid (\d+)", line)]
+            break
+    assert len(pids) == 2 and all(alive(pid) for pid in pids)
+    driver.kill()
+    driver.wait(timeout=10)
+    assert wait_gone(pids) == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own
+def test_a_ray_dataset_reaches_a_plain_consumer(cluster, free_port):
+    from tensorcom.adapters import ray as tray
+
+    port = free_port()
+    ids: list[int] = []
+    dataset = ray.data.range(100).map_batches(lambda b: {"id": b["id"] * 2})
+    consumer = threading.Thread(target=consume, args=(f"zjoin://127.0.0.1:{port}", ids))
+    consumer.start()
+    result = tray.serve_dataset(dataset, f"zshare://127.0.0.1:{port}", workers=1, batch_size=16, host="127.0.0.1",
+                                report=None)
+    consumer.join(timeout=30)
+    assert sorted(ids) == [2 * i for i in range(100)] and result["samples"] == 100
+
+
+def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_port):
+    """The sharing server's side of a restart, without Ray: sender A sends ids 0..2 of share 0 and is
+    handed over; its late ids 3..4 are dropped; the plan says 3 are taken; sender B (the restarted
+    worker) passes over 3 and sends 3..5 and the end: the consumer gets 0..5 once, in one pass."""
+    from tensorcom import Connection
+    from tensorcom.transport.hub import Hub
+
+    def batch(i: int) -> dict:
+        return {"id": np.array([i], dtype=np.int32)}
+
+    hub = Hub(f"zsplit://127.0.0.1:{free_port()}", input_host="127.0.0.1")
+    share = ("stream-x", 0, 1)
+    try:
+        with Connection(hub.addresses[0].replace("tcp", "zjoin"), credit=8, timeout=20) as consumer:
+            first = Connection(hub.worker_url, group="stream-x", share=share)
+            for i in range(3):
+                first.send(batch(i))
+            deadline = time.monotonic() + 10
+            while hub.server.received.get(("stream-x", 0, 0), 0) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            plan = hub.server.handover("stream-x", 0, 1, retire=[first.sender])
+            assert (plan.epoch, plan.skip(0, 0)) == (0, 3)
+            for i in (3, 4):
+                first.send(batch(i))  # late: dropped
+            first.close(linger=5)
+            second = Connection(hub.worker_url, group="stream-x", share=share)
+            for i in range(6)[plan.skip(0, 0):]:
+                second.send(batch(i))
+            second.end_epoch()
+            ids = [int(b["id"][0]) for b in consumer]
+            second.close(linger=5)
+        assert sorted(ids) == list(range(6))
+        assert hub.server.input_epoch == 1
+    finally:
+        hub.abort()
+
+
+def test_missing_ray_names_the_extra(monkeypatch):
+    import sys
+
+    from tensorcom.adapters import ray as tray
+    from tensorcom.errors import MissingDependency
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingDependency, match=r"tensorcom\[ray\]") as info:
+        tray.serve(FACTORY, "zsplit://127.0.0.1:7880")
+    assert info.value.extra == "ray"

@@ -1,0 +1,109 @@
+"""The PyTorch examples (examples/pytorch_train.py, hyperparameter_search.py, ddp_train.py, s3_shards.py)
+run as a user runs them, with --short, each as a subprocess in a session of its own: each exits 0, its
+loss falls from the first epoch to the last, its held-out accuracy beats chance, and nothing it started
+(servers, jobs, ranks, moto) is left running. The session is killed at teardown whatever happened."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EPOCH = re.compile(r"^epoch (\d+): loss ([\d.]+)", re.M)
+ACCURACY = re.compile(r"^held-out accuracy: ([\d.]+)%$", re.M)
+CHANCE = 25.0  # --short: 4 classes
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict:
+    """os.environ with TENSORCOM_CACHE in a temp dir holding the --short demo data set (made once here)."""
+    from tensorcom.demo.data import make_demo_dataset
+
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TENSORCOM_CACHE", str(root))
+        make_demo_dataset(classes=4, per_class_train=64, per_class_test=25, size=32)  # the examples' --short
+    return {**os.environ, "TENSORCOM_CACHE": str(root), "PYTHONUNBUFFERED": "1"}
+
+
+def run_example(popen, env: dict, name: str, *args: str, timeout: float = 150) -> str:
+    """Run `examples/NAME --short ARGS`; its stdout, once it exited 0 and left no process behind."""
+    proc = popen.python(str(EXAMPLES / name), "--short", *args, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} did not finish within {timeout} s")
+    assert proc.returncode == 0, out + err[-3000:]
+    assert session_ends(proc.pid), f"{name} left processes running"
+    return out
+
+
+def session_ends(session: int, grace: float = 10.0) -> bool:
+    """Whether every process of the example's session (its process group) is gone within `grace` s."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(session, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    os.killpg(session, signal.SIGKILL)
+    return False
+
+
+def learned(out: str) -> float:
+    """Check the loss fell from the first epoch to the last; returns the held-out accuracy (%)."""
+    losses = [float(loss) for _, loss in EPOCH.findall(out)]
+    accuracy = ACCURACY.search(out)
+    assert len(losses) == 3 and accuracy, out
+    assert losses[-1] < losses[0], out
+    return float(accuracy.group(1))
+
+
+def test_pytorch_train(popen, env):
+    out = run_example(popen, env, "pytorch_train.py")
+    assert learned(out) > CHANCE
+    assert re.findall(r"\((\d+) images\)", out) == ["256"] * 3  # every epoch of the server, whole
+
+
+def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
+    out = run_example(popen, env, "hyperparameter_search.py", "--lrs", "0.01,0.003,0.001")
+    assert re.search(r"^served \d+ batches once, to 3 jobs$", out, re.M), out
+    results = re.findall(r"^lr ([\d.e-]+): loss ([\d.]+) -> ([\d.]+), held-out accuracy ([\d.]+)%$", out, re.M)
+    assert sorted(float(lr) for lr, *_ in results) == [0.001, 0.003, 0.01], out
+    for _, first, last, accuracy in results:
+        assert float(last) < float(first) and float(accuracy) > CHANCE, out
+    assert len(re.findall(r"^job lr=\S+: epoch \d+: loss", out, re.M)) == 9
+
+
+def test_ddp_ranks_on_one_zsplit_server_take_the_same_number_of_steps(popen, env):
+    # (--split shard costs as much again; the even ends of rank shares: tests/adapters/test_torch_ddp.py)
+    out = run_example(popen, env, "ddp_train.py")
+    epochs = re.findall(r"^epoch \d+: loss [\d.]+ \(batches per rank \[(\d+), (\d+)\], dropped \[(\d+), (\d+)\]\)$",
+                        out, re.M)
+    assert len(epochs) == 3, out
+    for rank0, rank1, dropped0, dropped1 in epochs:
+        assert rank0 == rank1 and int(rank0) > 0, out
+        assert 2 * int(rank0) + int(dropped0) + int(dropped1) == 8, out  # the server's 8 batches, each to one rank
+    assert learned(out) > CHANCE
+
+
+def test_s3_shards_written_and_trained_from(popen, env):
+    for module in ("moto", "s3fs"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+    out = run_example(popen, env, "s3_shards.py")
+    assert re.search(r"^wrote 4 training shards \(s3://tensorcom-demo/train-000000\.tar \.\.\.\) and 2 held-out",
+                     out, re.M), out
+    assert learned(out) > CHANCE

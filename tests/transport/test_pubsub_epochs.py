@@ -1,0 +1,153 @@
+"""A PUB/SUB pass never merges epochs: a batch of a later epoch stands in for its sender's lost marker
+(EpochBook, without sockets), and a slow subscriber of a real publisher never mixes epochs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tensorcom import Connection
+from tensorcom.transport.epochs import EpochBook, Verdict
+from tensorcom.wire import Message
+
+
+def batch(sender, seq, epoch):
+    return Message(kind="batch", batch=[(epoch, seq)], seq=seq, epoch=epoch, sender=sender, group=None,
+                   group_size=1, protocol=2, nbytes=10)
+
+
+def marker(sender, seq, epoch, group=None, size=1):
+    return Message(kind="end_of_epoch", batch=None, seq=seq, epoch=epoch, sender=sender, group=group,
+                   group_size=size, protocol=2, nbytes=5)
+
+
+def feed(book, messages):
+    """Process messages as a Connection does; returns the passes (lists of (epoch, seq)) and the rest."""
+    passes, current, queue = [], [], list(messages)
+    while True:
+        message = book.release()
+        if message is None:
+            if not queue:
+                return passes, current
+            message = queue.pop(0)
+        verdict = book.admit(message)
+        if verdict is Verdict.LOST_MARKER:
+            message = book.stand_in
+        elif verdict not in (Verdict.DELIVER, Verdict.LATE):
+            continue
+        if message.kind == "batch":
+            book.delivered(message)
+            current.append(message.batch[0])
+        elif book.marker(message):
+            passes.append(current)
+            current = []
+
+
+def test_a_batch_of_the_next_epoch_ends_the_pass_its_marker_would_have_ended():
+    book = EpochBook(1)
+    passes, rest = feed(book, [batch("a", 0, 0), batch("a", 1, 0), batch("a", 3, 1), batch("a", 4, 1)])
+    assert passes == [[(0, 0), (0, 1)]] and rest == [(1, 3), (1, 4)]
+    assert book.lost_markers == 1 and book.implicit_ends == 1 and book.passes == 1
+
+
+def test_a_stand_in_that_does_not_end_the_pass_holds_the_batch_for_the_next():
+    book = EpochBook(1)
+    messages = [batch("a", 0, 0), batch("b", 0, 0), batch("a", 2, 1), batch("b", 1, 0), marker("b", 2, 0)]
+    passes, rest = feed(book, messages)
+    assert passes == [[(0, 0), (0, 0), (0, 1)]] and rest == [(1, 2)]  # a's epoch-1 batch waited for b
+    assert book.implicit_ends == 0 and book.lost_markers == 1
+
+
+def test_whole_epochs_lost_count_every_marker_but_end_one_pass():
+    book = EpochBook(1)
+    passes, rest = feed(book, [batch("a", 0, 0), batch("a", 9, 3)])
+    assert passes == [[(0, 0)]] and rest == [(3, 9)] and book.lost_markers == 3
+    passes, _ = feed(book, [batch("a", 10, 3), marker("a", 11, 5)])  # a later marker stands for lost ones
+    assert passes == [[(3, 10)]] and book.lost_markers == 5 and book.position["a"] == 6
+
+
+def test_an_epoch_lost_whole_opens_no_pass():
+    book = EpochBook(1)
+    passes, _ = feed(book, [batch("a", 0, 0), marker("a", 1, 0), batch("a", 5, 2), marker("a", 6, 2)])
+    assert passes == [[(0, 0)], [(2, 5)]] and book.lost_markers == 1 and book.implicit_ends == 0
+
+
+def test_a_duplicate_marker_is_dropped():
+    """(A PUSH whose round-robin gave one peer two markers of one epoch.)"""
+    book = EpochBook(1)
+    passes, _ = feed(book, [batch("a", 0, 0), marker("a", 1, 0)])
+    assert book.admit(marker("a", 1, 0)) is Verdict.DROP
+    passes, rest = feed(book, [batch("a", 1, 1)])
+    assert passes == [] and rest == [(1, 1)]
+
+
+def test_the_stand_in_takes_the_group_of_the_senders_markers():
+    book = EpochBook(1)
+    feed(book, [batch("a", 0, 0), marker("a", 1, 0, group="g", size=2), batch("b", 0, 0),
+                marker("b", 1, 0, group="g", size=2)])
+    passes, rest = feed(book, [batch("a", 1, 1), batch("b", 1, 1), batch("a", 2, 2)])
+    assert book.stand_in.group == "g" and book.stand_in.group_size == 2 and book.stand_in.epoch == 1
+    assert passes == [] and rest == [(1, 1), (1, 1)]  # the group needs b's marker too
+    passes, rest = feed(book, [marker("b", 2, 1, group="g", size=2)])
+    assert passes == [[]] and rest == [(2, 2)]  # the pass ends; a's epoch-2 batch opens the next
+
+
+def test_abandon_forgets_the_lost_through_their_epoch_and_ends_the_pass():
+    book = EpochBook(1)
+    feed(book, [batch("a", 0, 0), batch("b", 0, 0), marker("b", 1, 0), batch("b", 1, 1)])
+    book.abandon(["a"])
+    assert book.waiting_on() == [] and book.abandoned == 1 and book.markers == {}
+    assert book.admit(batch("a", 1, 0)) is Verdict.DROP  # the rest of the epoch it was lost in
+    _, rest = feed(book, [batch("a", 5, 1)])  # a later epoch: a sender like any other
+    assert rest == [(1, 1), (1, 5)] and book.waiting_on() == ["a", "b"]
+
+
+def publish(url, ready, size, epochs, per_epoch):
+    """After `ready` is set, publish epochs of `per_epoch` batches [uint8 (size,), int32 [epoch]] as fast
+    as ZeroMQ takes them (it drops what a slow subscriber has no room for), then, after a pause, the
+    last epoch slowly enough to arrive whole."""
+    with Connection(url, sndhwm=1) as conn:
+        warm = [np.zeros(10, np.uint8), np.array([-1], np.int32)]
+        while not ready.wait(0.01):
+            conn.send(warm)
+        conn.epoch_number = 0
+        for epoch in range(epochs):
+            last = epoch == epochs - 1
+            if last:
+                time.sleep(1.0)  # the subscriber catches up
+            data = np.full(size, epoch, np.uint8)
+            for _ in range(per_epoch):
+                conn.send([data, np.array([epoch], np.int32)], copy=False)
+                time.sleep(0.1 if last else 0)
+            conn.end_epoch()
+        time.sleep(0.5)
+
+
+@pytest.mark.net
+def test_slow_subscriber_never_mixes_epochs(free_port):
+    port = free_port()
+    ready = threading.Event()
+    with Connection(f"zsub://127.0.0.1:{port}", rcvhwm=1, timeout=10, liveness=None) as receiver:
+        sender = threading.Thread(target=publish, args=(f"zpub://127.0.0.1:{port}", ready, 2_000_000, 4, 10))
+        sender.start()
+        try:
+            while receiver.recv()[1][0] != -1:
+                pass
+            ready.set()
+            passes = []
+            while len(passes) < 10:
+                got = [int(b[1][0]) for b in receiver if b[1][0] >= 0]
+                passes.append(got)
+                time.sleep(0.3)  # slow: the publisher drops what does not fit, markers included
+                if got and got[-1] == 3:
+                    break
+        finally:
+            ready.set()
+            sender.join(timeout=20)
+    assert all(len(set(p)) <= 1 for p in passes), passes
+    assert passes[-1] == [3] * 10 and receiver.epoch_number == len(passes)
+    assert receiver.stats.lost_markers >= 1 and receiver.stats.implicit_ends >= 1
+    assert receiver.stats.as_dict()["lost_markers"] == receiver.stats.lost_markers
