@@ -1,9 +1,9 @@
 """tensorcom.zcom: tensorcom 0.1's import path, its helpers, and TensorcomDataset with torch."""
 
 import itertools
-import threading
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
