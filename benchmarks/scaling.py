@@ -114,7 +114,7 @@ class Consumer(threading.Thread):
         from tensorcom import Connection
 
         try:
-            with Connection(self.url, credit=4, timeout=60) as conn:
+            with Connection(self.url, credit=4, timeout=30) as conn:
                 for images, labels in conn:
                     self.images += check_batch(images, labels)
                     self.batches += 1
