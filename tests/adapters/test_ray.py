@@ -144,6 +144,7 @@ def test_a_killed_driver_takes_its_actors_along(cluster, free_port, popen):
 def test_a_ray_dataset_reaches_a_plain_consumer(cluster, free_port):
     from tensorcom.adapters import ray as tray
 
+    pytest.importorskip("ray.data", reason="Ray Data needs ray[data] (pandas, pyarrow)")
     port = free_port()
     ids: list[int] = []
     dataset = ray.data.range(100).map_batches(lambda b: {"id": b["id"] * 2})

@@ -284,6 +284,8 @@ class Serving:
         it. Safe twice."""
         atexit.unregister(self.close)
         self.stop.set()
+        if self.hub is not None and self.thread.is_alive():
+            self.hub.server.stop.set()  # a driver thread waiting for the consumers returns at once
         if self.thread.is_alive():
             self.thread.join()
         if self.ray.is_initialized():
@@ -385,27 +387,30 @@ class Serving:
     def _hello_again(self, m: Member) -> tuple:
         """hello() of member m's actor, waiting (up to RESTART_WAIT s) while Ray restarts it."""
         deadline = time.monotonic() + RESTART_WAIT
+        ref = m.actor.hello.remote()
         while True:
             if self.stop.is_set():
                 raise _Stopped()
-            try:
-                return self._get(m, m.actor.hello.remote(), wait=RESTART_WAIT)
-            except WorkerDied as exc:
-                if exc.__cause__ is not None and isinstance(exc.__cause__, self.ray.exceptions.ActorDiedError):
-                    raise
-                if time.monotonic() > deadline:
-                    raise WorkerDied(f"serving actor {m.index} did not come back within {RESTART_WAIT} s") from exc
-                time.sleep(POLL)
+            if self.ray.wait([ref], timeout=POLL)[0]:
+                try:
+                    return self._get(m, ref)
+                except WorkerDied as exc:
+                    if isinstance(exc.__cause__, self.ray.exceptions.ActorDiedError):
+                        raise
+                    time.sleep(POLL)
+                    ref = m.actor.hello.remote()  # the call met the actor on its way down: ask again
+            if time.monotonic() > deadline:
+                raise WorkerDied(f"serving actor {m.index} did not come back within {RESTART_WAIT} s")
 
-    def _get(self, m: Member, ref: Any, wait: float | None = None) -> Any:
+    def _get(self, m: Member, ref: Any) -> Any:
         """ray.get(ref) of a call on member m: WorkerError when it raised, WorkerDied when its actor
         is gone or unreachable (the cause says whether for good: ActorDiedError)."""
         errors = self.ray.exceptions
         try:
-            return self.ray.get(ref, timeout=wait)
+            return self.ray.get(ref)
         except errors.RayTaskError as exc:
             raise WorkerError(f"serving actor {m.index} (pid {m.pid} on {m.node}) raised: {exc}") from exc
-        except (errors.RayActorError, errors.GetTimeoutError) as exc:
+        except errors.RayActorError as exc:
             raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) is gone: {exc}") from exc
 
     def _resumed(self, epoch: int, worker: int) -> int:
@@ -423,8 +428,8 @@ class Serving:
         if self.hub is not None:
             consumers = finish_hub(self.hub, self.plan.epochs)["consumers"]
         else:
-            for m in self.members:
-                self._get(m, m.actor.close.remote())
+            for m, ref in [(m, m.actor.close.remote()) for m in self.members]:
+                self._get(m, ref)
         self._maybe_report(force=True)
         self.result = {**self.stats(overall=True), **({"consumers": consumers} if consumers is not None else {})}
 

@@ -177,6 +177,9 @@ class ShareServer:
                 self._step()
             if self.book.ended and self.book.done():
                 self._broadcast(envelope.encode("bye"))
+                # stop the monitor first: a lingering socket whose monitor socket is closed under it
+                # (as _close_sockets does next) may never send what it still holds, ends and byes included
+                self.router.disable_monitor()
                 self.router.close(linger=int(BYE_LINGER * 1000))  # the last ends and byes leave
         except BaseException as exc:  # reported to the caller by wait()
             self.error = exc
