@@ -1,4 +1,5 @@
-"""tenbin: byte compatibility with tensorcom 0.1, round trips, zero-copy decoding, bad input."""
+"""tenbin and its chunk framing (tensorcom._framing, through tenbin's names): byte compatibility with
+tensorcom 0.1, round trips, zero-copy decoding, bad input."""
 
 from __future__ import annotations
 

@@ -97,6 +97,14 @@ def test_the_default_budget_comes_from_the_environment(monkeypatch):
     assert wire.decode_message(frames).batch == {"labels": list(range(100))}
 
 
+def test_a_budget_passed_by_the_receiver_reads_no_environment(monkeypatch):
+    frames = wire.encode_batch({"labels": [1, 2]})
+    monkeypatch.setenv("TENSORCOM_MAX_PLAIN_VALUES", "not a number")
+    assert wire.decode_message(frames, max_plain_values=100).batch == {"labels": [1, 2]}
+    with pytest.raises(ValueError, match="TENSORCOM_MAX_PLAIN_VALUES"):
+        wire.decode_message(frames)
+
+
 @pytest.mark.parametrize("batch, objects", [
     ({"labels": [1, 2, 3]}, 12 + 1 + 1 + 4),  # map + 10 header objects + "batch" | map | "labels" | list and 3 ints
     ([(1, 2)], 12 + 1 + 4),  # list | tuple ext, its payload array, 2 ints
@@ -293,7 +301,7 @@ def test_array_references_in_every_ext_form(form):
 
 @pytest.mark.parametrize("head, size", [
     (b"\xd4\x01", 1), (b"\xd5\x01", 2), (b"\xd7\x01", 8), (b"\xd8\x01", 16), (b"\xc7\x00\x01", 0), (b"\xc7\x03\x01", 3),
-    (b"\xc8\x00\x05\x01", 5),
+    (b"\xc7\x05\x01", 5), (b"\xc8\x00\x05\x01", 5),
 ])
 def test_array_references_of_other_sizes_are_refused(head, size):
     arrays = wire.encode_batch([np.arange(3.0)])[1:]

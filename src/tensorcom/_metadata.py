@@ -2,8 +2,8 @@
 
 `read_metadata(payload, arrays, max_plain_values)` takes frame 0 without its MAGIC and the arrays of
 the message's tenbin pairs; it returns a `Metadata` (header fields as Python values, the batch with
-array references resolved and tuples rebuilt) and how often each array was referenced. Every refusal
-is a DecodeError naming frame 0. The rules are those of docs/protocol.md 4.2, 4.3 and 6:
+array references resolved and tuples rebuilt). Every refusal is a DecodeError naming frame 0. The
+rules are those of docs/protocol.md 4.2-4.4 and 6:
 
 - at most `max_plain_values` msgpack objects (every nil, bool, number, str, bin, array, map and ext
   counts one; map keys count; the objects inside a tuple's payload count too). A payload of n bytes
@@ -13,7 +13,9 @@ is a DecodeError naming frame 0. The rules are those of docs/protocol.md 4.2, 4.
   msgpack's own timestamp (ext -1), which the msgpack library would decode by itself, is refused;
 - integer fields are msgpack ints, or floats with an integral value below 2**53 (what JavaScript
   encoders emit for large numbers), never bools; string fields are msgpack str; the metadata map
-  names each key once.
+  names each key once;
+- a batch is a list, tuple or map that references every array exactly once; a marker has no batch
+  and no arrays.
 """
 
 from __future__ import annotations
@@ -230,17 +232,24 @@ def _check(meta: Any, payload: Any) -> Metadata:
                     _integer(meta.get("group_size", 1), "group_size", 1), _share(meta.get("share")))
 
 
-def read_metadata(payload: Any, arrays: list, max_plain_values: int) -> tuple[Metadata, list[int]]:
-    """(checked metadata, reference count per array) from frame 0's bytes after MAGIC.
+def read_metadata(payload: Any, arrays: list, max_plain_values: int) -> Metadata:
+    """The checked metadata of frame 0's bytes after MAGIC.
 
     `arrays` are the message's arrays in frame order; references resolve to them. DecodeError (frame
     0) for more than `max_plain_values` msgpack objects, malformed msgpack, or a map that breaks the
-    rules of docs/protocol.md 4.2-4.3.
+    rules of docs/protocol.md 4.2-4.4. Only a payload longer than the budget (or one where a msgpack
+    timestamp may hide) is walked before unpacking: a shorter one cannot hold more objects.
     """
     walk = len(payload) > max_plain_values or _TIMESTAMP.search(payload) is not None
     if walk and count_objects(payload, max_plain_values) > max_plain_values:
         raise _error(f"metadata holds more than {max_plain_values} msgpack objects: the receiver's limit "
                      f"of plain values (max_plain_values, $TENSORCOM_MAX_PLAIN_VALUES)")
     used = [0] * len(arrays)
-    meta = _unpack(payload, _ExtHook(arrays, used, max_plain_values))
-    return _check(meta, payload), used
+    meta = _check(_unpack(payload, _ExtHook(arrays, used, max_plain_values)), payload)
+    if meta.kind == "batch" and not isinstance(meta.batch, (list, tuple, dict)):
+        raise _error(f"batch is a {type(meta.batch).__name__}, not a list, tuple or dict")
+    if meta.kind == "end_of_epoch" and (meta.batch is not None or arrays):
+        raise _error("an end-of-epoch marker carries no batch")
+    if used.count(1) != len(used):
+        raise _error(f"arrays referenced {used} times instead of once each")
+    return meta

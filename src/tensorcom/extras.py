@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("torch", "torch"),
     "keras": ("keras", "keras"),
     "jax": ("jax", "jax"),
+    "ray": ("ray", "ray"),
     "tqdm": ("tqdm", "progress"),
 }
 

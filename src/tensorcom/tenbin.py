@@ -6,7 +6,9 @@ Byte-compatible with tensorcom 0.1; the layout is specified in docs/protocol.md.
   `dtype` and `info` are ASCII strings NUL-padded to 8 bytes, no byte but NUL after the first NUL)
   and its raw C-order data;
 - the single-buffer form (single-part messages, `.ten` files) frames each chunk as `~TenBin~`, an
-  int64 length, and the payload zero-padded to a multiple of 64 bytes (readers check the zeros).
+  int64 length, and the payload zero-padded to a multiple of 64 bytes (readers check the zeros);
+  that framing is `tensorcom._framing`, whose functions (`encode_chunks`, `decode_chunks`,
+  `write_chunk`, `read_chunk`, `byte_view`, `roundup`) are re-exported here, as 0.1 had them.
 
 Encoding never copies C-contiguous arrays (the data chunk is a memoryview of the array); decoding
 never copies at all (arrays are views of the chunks, read-only when the chunks are). Malformed input
@@ -25,10 +27,12 @@ from typing import Any, BinaryIO, Iterable, Sequence
 
 import numpy as np
 
+from ._framing import ALIGN as ALIGN
+from ._framing import MAGIC as MAGIC
+from ._framing import byte_view, decode_chunks, encode_chunks, read_chunk, write_chunk
+from ._framing import roundup as roundup
 from .errors import DecodeError, EncodeError
 
-MAGIC = b"~TenBin~"
-ALIGN = 64
 MAX_RANK = 9  # tensorcom 0.1 asserts rank < 10 when encoding
 MAX_INFO = 8
 # Codes are numpy's type strings without the byte-order character. 0.1 knew the first eleven
@@ -45,29 +49,7 @@ _DECODE: dict[bytes, np.dtype] = {
 }
 _HEAD = struct.Struct("<8s8sq")
 _DIMS = [struct.Struct(f"<{rank}q") for rank in range(MAX_RANK + 1)]
-_LENGTH = struct.Struct("<q")
-_ZEROS = bytes(ALIGN)
 _NUL = b"\0"
-_READ_BLOCK = 1 << 20  # unseekable streams are read in pieces this size (a lying length allocates little)
-
-
-def roundup(n: int, k: int = ALIGN) -> int:
-    """Smallest multiple of k that is >= n."""
-    return k * ((n + k - 1) // k)
-
-
-def byte_view(obj: Any, index: int | None = None, unit: str = "chunk") -> memoryview:
-    """A flat unsigned-byte memoryview of a buffer-like (bytes, memoryview, ndarray, zmq.Frame)."""
-    try:
-        view = obj if type(obj) is memoryview else memoryview(obj)
-    except TypeError:
-        buffer = getattr(obj, "buffer", None)  # zmq.Frame without the buffer protocol
-        if buffer is None:
-            raise DecodeError(f"a {type(obj).__name__} is not a buffer", index, unit) from None
-        view = memoryview(buffer)
-    if not view.c_contiguous:
-        raise DecodeError("buffer is not C-contiguous", index, unit)
-    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
 
 # ---------------------------------------------------------------- arrays ⇄ chunks
@@ -206,45 +188,7 @@ def decode_list(chunks: Sequence[Any], infos: Any = False) -> Any:
     return _check_infos(arrays, labels, infos)
 
 
-# ---------------------------------------------------------------- chunks ⇄ one buffer
-
-
-def encode_chunks(chunks: Iterable[Any]) -> bytearray:
-    """Chunks -> one buffer: per chunk `~TenBin~`, int64 length, payload zero-padded to 64 bytes."""
-    views = [byte_view(chunk, index) for index, chunk in enumerate(chunks)]
-    result = bytearray(sum(16 + roundup(view.nbytes) for view in views))
-    target = memoryview(result)
-    offset = 0
-    for view in views:
-        target[offset:offset + 8] = MAGIC
-        _LENGTH.pack_into(result, offset + 8, view.nbytes)
-        target[offset + 16:offset + 16 + view.nbytes] = view
-        offset += 16 + roundup(view.nbytes)
-    return result
-
-
-def decode_chunks(buf: Any) -> list[memoryview]:
-    """One buffer -> list of memoryviews of its chunk payloads (no copy); DecodeError naming the chunk
-    for a wrong magic, a length past the end, or padding that is not zero bytes."""
-    view = byte_view(buf)
-    total = view.nbytes
-    chunks: list[memoryview] = []
-    offset = 0
-    while offset < total:
-        index = len(chunks)
-        if total - offset < 16:
-            raise DecodeError(f"truncated chunk prefix at byte {offset}", index)
-        if view[offset:offset + 8] != MAGIC:
-            raise DecodeError(f"wrong magic {bytes(view[offset:offset + 8])!r} at byte {offset}", index)
-        (length,) = _LENGTH.unpack_from(view, offset + 8)
-        if length < 0 or roundup(length) > total - offset - 16:
-            raise DecodeError(f"length {length} at byte {offset} runs past the end ({total} bytes)", index)
-        end = offset + 16 + length
-        if view[end:offset + 16 + roundup(length)] != _ZEROS[:roundup(length) - length]:
-            raise DecodeError(f"padding after the chunk at byte {offset} is not zero bytes", index)
-        chunks.append(view[offset + 16:end])
-        offset += 16 + roundup(length)
-    return chunks
+# ---------------------------------------------------------------- arrays ⇄ one buffer
 
 
 def encode_buffer(arrays: Iterable[Any], infos: Sequence[str] | None = None) -> bytearray:
@@ -258,83 +202,6 @@ def decode_buffer(buf: Any, infos: Any = False) -> Any:
 
 
 # ---------------------------------------------------------------- streams and files
-
-
-def write_chunk(stream: BinaryIO, chunk: Any) -> None:
-    """Write one framed chunk (magic, length, payload, padding) to a binary stream."""
-    view = byte_view(chunk)
-    stream.write(MAGIC + _LENGTH.pack(view.nbytes))
-    stream.write(view)
-    stream.write(_ZEROS[:roundup(view.nbytes) - view.nbytes])
-
-
-def _remaining(stream: BinaryIO) -> int | None:
-    """Bytes left in a seekable stream, None when the stream cannot tell."""
-    try:
-        if not stream.seekable():
-            return None
-        here = stream.tell()
-        end = stream.seek(0, os.SEEK_END)
-        stream.seek(here)
-        return end - here
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _read_exact(stream: BinaryIO, size: int, index: int, what: str) -> bytes | bytearray:
-    """Exactly `size` bytes (fewer only at end of stream; b"" at a clean EOF).
-
-    Large reads from seekable streams go into one buffer after checking the stream is long enough;
-    others proceed in `_READ_BLOCK` pieces, so a lying length never allocates much more than exists.
-    """
-    left = _remaining(stream) if size > _READ_BLOCK else None
-    if left is not None and hasattr(stream, "readinto"):
-        if left < size:
-            raise DecodeError(f"stream ends inside {what}: {left} of {size} bytes", index)
-        data = bytearray(size)
-        view, got = memoryview(data), 0
-        while got < size:
-            count = stream.readinto(view[got:])
-            if not count:
-                raise DecodeError(f"stream ends inside {what}: {got} of {size} bytes", index)
-            got += count
-        return data
-    data = stream.read(min(size, _READ_BLOCK))
-    if len(data) == size or not data:
-        return data
-    data = bytearray(data)
-    while len(data) < size:
-        piece = stream.read(min(size - len(data), _READ_BLOCK))
-        if not piece:
-            break
-        data += piece
-    return data
-
-
-def read_chunk(stream: BinaryIO, index: int = 0) -> bytes | bytearray | None:
-    """Read one framed chunk's payload; None at a clean end of stream; DecodeError (chunk `index`) for
-    a wrong magic, a truncated chunk or padding that is not zero bytes."""
-    prefix = _read_exact(stream, 16, index, "a chunk prefix")
-    if not prefix:
-        return None
-    if len(prefix) < 16:
-        raise DecodeError("stream ends inside a chunk prefix", index)
-    if prefix[:8] != MAGIC:
-        raise DecodeError(f"wrong magic {bytes(prefix[:8])!r}", index)
-    (length,) = _LENGTH.unpack_from(prefix, 8)
-    if length < 0:
-        raise DecodeError(f"negative chunk length {length}", index)
-    data = _read_exact(stream, length, index, "a chunk") if length else b""
-    if len(data) != length:
-        raise DecodeError(f"stream ends inside a chunk: {len(data)} of {length} bytes", index)
-    padding = roundup(length) - length
-    if padding:
-        zeros = _read_exact(stream, padding, index, "padding")
-        if len(zeros) != padding:
-            raise DecodeError("stream ends inside chunk padding", index)
-        if zeros != _ZEROS[:padding]:
-            raise DecodeError("chunk padding is not zero bytes", index)
-    return data
 
 
 def write(stream: BinaryIO, arrays: Iterable[Any], infos: Sequence[str] | None = None) -> None:

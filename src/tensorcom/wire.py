@@ -53,13 +53,8 @@ class Message:
     group_size: int
     protocol: int  # 1 or 2
     nbytes: int  # total bytes of all frames of the message (metadata, headers, data)
-    infos: tuple = field(default=())  # tenbin info labels of the arrays, depth-first order
+    infos: tuple = field(default=())  # tenbin info labels of the arrays, in frame order
     share: Share | None = None  # protocol 2, optional: the served share this sender sends
-
-
-def _frame_error(message: str, index: int | None) -> DecodeError:
-    """A DecodeError naming a frame index."""
-    return DecodeError(message, index, "frame")
 
 
 # ---------------------------------------------------------------- encoding
@@ -247,13 +242,7 @@ def _views(frames: Any) -> list[memoryview]:
 def _decode_v2(views: list[memoryview], nbytes: int, max_plain_values: int) -> Message:
     """Message from v2 frames: metadata frame, then tenbin pairs."""
     arrays, infos = tenbin.decode_arrays(views[1:], first=1, unit="frame")
-    meta, used = read_metadata(views[0][len(MAGIC):], arrays, max_plain_values)
-    if meta.kind == "batch" and not isinstance(meta.batch, (list, tuple, dict)):
-        raise _frame_error(f"batch is a {type(meta.batch).__name__}, not a list, tuple or dict", 0)
-    if meta.kind == "end_of_epoch" and (meta.batch is not None or arrays):
-        raise _frame_error("an end-of-epoch marker carries no batch", 0)
-    if used.count(1) != len(used):
-        raise _frame_error(f"arrays referenced {used} times instead of once each", 0)
+    meta = read_metadata(views[0][len(MAGIC):], arrays, max_plain_values)
     return Message(kind=meta.kind, batch=meta.batch, seq=meta.seq, epoch=meta.epoch, sender=meta.sender,
                    group=meta.group, group_size=meta.group_size, protocol=2, nbytes=nbytes, infos=tuple(infos),
                    share=None if meta.share is None else Share(*meta.share))
@@ -275,8 +264,9 @@ def decode_message(frames: Any, *, max_size: int | None = None, max_plain_values
     Frames may be bytes, memoryviews, arrays or zmq.Frame objects; arrays in the result are views of
     them. The total size is checked against `max_size` before anything is decoded (MessageTooLarge,
     naming the frame that passes it). A v2 message's metadata may hold at most `max_plain_values`
-    msgpack objects (default `settings.max_plain_values()`), checked before any is built. Malformed
-    input raises DecodeError naming the frame (docs/protocol.md 6).
+    msgpack objects, checked before any is built; the default, `settings.max_plain_values()`, reads
+    the environment on every call, so a receiver decoding a stream reads it once and passes it.
+    Malformed input raises DecodeError naming the frame (docs/protocol.md 6).
     """
     if max_plain_values is not None and (type(max_plain_values) is not int or max_plain_values < 1):
         raise ValueError(f"max_plain_values must be a positive int, got {max_plain_values!r}")
@@ -285,7 +275,7 @@ def decode_message(frames: Any, *, max_size: int | None = None, max_plain_values
     if max_size is not None and nbytes > max_size:
         raise _too_large(views, nbytes, max_size)
     if not views:
-        raise _frame_error("a message has at least one frame", None)
+        raise DecodeError("a message has at least one frame", None, "frame")
     if len(views) == 1 and views[0][:8] == tenbin.MAGIC:
         views = tenbin.decode_chunks(views[0])
     elif len(views) == 1 and nbytes == 0:

@@ -1,6 +1,8 @@
 """The fast path of the tar reader: a read window over a stream and a whole-buffer header scanner.
 
     Window(stream, size)     a bytearray of `size` bytes; buf[pos:end] is read but not yet parsed
+    read_into(stream, view)  readinto where the stream has it, else read and copy (the window's reads,
+                             and those of the tar reader's and the cache's raw streams)
     scan_python(buf, pos, end)   the pure-Python scanner: yields (name, key, extension, data)
                              and returns (pos, last)
     scanner()                the C scanner `tensorcom.shards._ctarscan.scan` (same contract) when it is built
@@ -47,6 +49,18 @@ def scanner() -> Scanner:
     return scan_c if scan_c is not None and settings.tar_accelerator() else scan_python
 
 
+def read_into(stream: IO[bytes], view: Any) -> int:
+    """Read from `stream` into `view` (a writable byte buffer: bytearray, memoryview of bytes): straight
+    in where the stream has readinto, else read() and one copy. Returns the count of bytes read, 0 at
+    the end of the stream."""
+    readinto = getattr(stream, "readinto", None)
+    if readinto is not None:
+        return readinto(view) or 0
+    data = stream.read(len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
 class Window:
     """A fixed bytearray read window over a binary stream (readinto preferred, read otherwise).
 
@@ -69,14 +83,7 @@ class Window:
         if self.pos and rest:
             self.buf[:rest] = bytes(self.view[self.pos:self.end])
         self.pos, self.end = 0, rest
-        target = self.view[rest:]
-        readinto = getattr(self.stream, "readinto", None)
-        if readinto is not None:
-            count = readinto(target) or 0
-        else:
-            data = self.stream.read(len(target))
-            count = len(data)
-            target[:count] = data
+        count = read_into(self.stream, self.view[rest:])
         self.end += count
         return count
 

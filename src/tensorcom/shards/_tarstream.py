@@ -22,7 +22,7 @@ import zlib
 from typing import IO, Any, Iterable, Iterator
 
 from tensorcom.errors import OpenError, SampleError, ShardError, TarFormatError
-from tensorcom.shards._tarscan import BLOCK, META, REGULAR, Keyed, Window, header_name, keyed, scanner
+from tensorcom.shards._tarscan import BLOCK, META, REGULAR, Keyed, Window, header_name, keyed, read_into, scanner
 from tensorcom.shards._tarscan import split_name as split_name  # public here, as before
 from tensorcom.shards.gopen import DEFAULT_BUFSIZE, gopen
 from tensorcom.shards.handlers import Handler, SkipCounts, handle
@@ -85,7 +85,8 @@ class Gunzip(io.RawIOBase):
 
 
 class _RawAdapter(io.RawIOBase):
-    """A readinto() view of any object with read(n), so io.BufferedReader can buffer it."""
+    """A raw stream over any object with read(n) (its readinto used where it has one, no copy), so
+    io.BufferedReader can buffer it."""
 
     def __init__(self, source: IO[bytes]):
         super().__init__()
@@ -95,9 +96,7 @@ class _RawAdapter(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self.source.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        return read_into(self.source, buffer)
 
     def close(self) -> None:
         self.source.close()

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from tensorcom.errors import ShardError
 from tensorcom.shards._destinations import LocalDestination
+from tensorcom.shards._tarscan import read_into
 from tensorcom.shards.gopen import DEFAULT_BUFSIZE, open_local
 
 DRAIN_LIMIT = 1 << 20  # bytes a closing reader may leave unread and still complete the entry
@@ -60,13 +61,7 @@ class CachingReader(io.RawIOBase):
         write the same bytes to the entry; the end of the source keeps the entry."""
         view = memoryview(buffer).cast("B")
         try:
-            readinto = getattr(self.source, "readinto", None)
-            if readinto is not None:
-                count = readinto(view) or 0
-            else:
-                data = self.source.read(len(view))
-                count = len(data)
-                view[:count] = data
+            count = read_into(self.source, view)
         except BaseException:
             self._discard()
             raise
