@@ -13,7 +13,7 @@ and the shares may differ by a batch.
 Either way the adapter keeps the ranks even: before each step the ranks agree (one all_reduce of one
 int over gloo) whether all of them have a batch, so every rank takes the same number of steps in each
 epoch and none waits for a gradient all_reduce that will not come. What a rank had beyond the others is
-dropped and counted (docs/frameworks-torch.md). Runs on the CPU with gloo; with --device cuda each
+dropped and counted (docs/frameworks.md, PyTorch DDP). Runs on the CPU with gloo; with --device cuda each
 rank uses GPU `rank` and NCCL (the adapter then makes its own gloo group for the agreement).
 Rank 0 prints, per epoch, the mean loss and each rank's batches and drops, then the held-out accuracy.
 """
@@ -21,21 +21,16 @@ Rank 0 prints, per epoch, the mean loss and each rank's batches and drops, then 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import socket
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing
-from pytorch_train import accuracy, demo_data, held_out, make_model, start_server, stop_server, train_epoch
+from demo_setup import demo_data, free_port, held_out, image_server
+from pytorch_train import accuracy, make_model, train_epoch
 
 import tensorcom
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def rank_main(rank: int, world: int, master_port: int, data_url: str, args: argparse.Namespace) -> None:
@@ -93,16 +88,12 @@ def main() -> None:
     args.epochs = args.epochs or (3 if args.short else 5)
     data, size = demo_data(args.short)  # made here once, before the ranks look for it
     port = free_port()
-    server = None
-    if args.split == "zsplit":
-        server = start_server(str(data.train_dir), f"zsplit://127.0.0.1:{port}", epochs=args.epochs,
-                              batch_size=args.batch_size, size=size, min_consumers=args.world)
-    try:
+    sharing = (image_server(str(data.train_dir), f"zsplit://127.0.0.1:{port}", epochs=args.epochs,
+                            batch_size=args.batch_size, size=size, min_consumers=args.world)
+               if args.split == "zsplit" else contextlib.nullcontext())
+    with sharing:
         torch.multiprocessing.spawn(rank_main, args=(args.world, free_port(), f"zjoin://127.0.0.1:{port}", args),
                                     nprocs=args.world)
-    finally:
-        if server is not None:
-            stop_server(server)
 
 
 if __name__ == "__main__":

@@ -19,21 +19,17 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
-import socket
-import sys
+
+from demo_setup import demo_data, free_port, held_out
 
 import tensorcom
-from tensorcom.demo.data import make_demo_dataset
 
 
 def job(lr: float, url: str, epochs: int, data, size: int, device: str, results) -> None:
     """One training job, in its own process: join the server at `url`, train `epochs` epochs with
     learning rate `lr`, put (lr, losses per epoch, held-out accuracy) on `results`."""
-    import torch
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import pytorch_train as example  # the example beside this one: its model, training epoch and evaluation
+    import torch
 
     torch.set_num_threads(1)  # three jobs and a server on a few cores
     torch.manual_seed(0)  # the same initial weights in every job: only the learning rate differs
@@ -44,9 +40,10 @@ def job(lr: float, url: str, epochs: int, data, size: int, device: str, results)
     for epoch in range(1, epochs + 1):
         loss, _ = example.train_epoch(model, loader, optimizer)
         losses.append(loss)
-        print(f"job lr={lr:g}: epoch {epoch}: loss {loss:.3f}", flush=True)
+        # one write per line (print writes the newline apart): the three jobs share one stdout
+        print(f"job lr={lr:g}: epoch {epoch}: loss {loss:.3f}\n", end="", flush=True)
     loader.dataset.close()
-    results.put((lr, losses, example.accuracy(model, example.held_out(str(data.test_dir), size), device)))
+    results.put((lr, losses, example.accuracy(model, held_out(str(data.test_dir), size), device)))
 
 
 def main() -> None:
@@ -58,13 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     lrs = [float(lr) for lr in args.lrs.split(",")]
     epochs = args.epochs or (3 if args.short else 4)
-    if args.short:
-        data, size = make_demo_dataset(classes=4, per_class_train=64, per_class_test=25, size=32), 32
-    else:
-        data, size = make_demo_dataset(), 64
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    data, size = demo_data(args.short)
+    port = free_port()
     spawn = multiprocessing.get_context("spawn")
     results = spawn.Queue()
     jobs = [spawn.Process(target=job, args=(lr, f"zjoin://127.0.0.1:{port}", epochs, data, size, args.device, results),

@@ -20,32 +20,15 @@ device count. Prints the mean loss of each epoch and the held-out accuracy.
 from __future__ import annotations
 
 import argparse
-import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from demo_setup import demo_data, free_port, held_out, serve_in_thread
 from jax.sharding import NamedSharding, PartitionSpec
 
 import tensorcom
-from tensorcom.demo.data import make_demo_dataset
-from tensorcom.demo.server import free_port
 from tensorcom.images.imagenet import dir_pipeline
-
-
-def serve_in_thread(pipeline: tensorcom.Pipeline, url: str, epochs: int) -> threading.Thread:
-    """Serve `epochs` epochs of `pipeline` to `url` from one worker process, started by a thread here."""
-    server = threading.Thread(target=tensorcom.serve, args=(pipeline, url),
-                              kwargs={"epochs": epochs, "report": None}, daemon=True)
-    server.start()
-    return server
-
-
-def held_out(test_dir: str, size: int, batch_size: int = 100) -> tensorcom.Pipeline:
-    """The held-out ImageFolder as a Pipeline of [images uint8 (N, size, size, 3), labels] batches."""
-    resize = tensorcom.images.eval_transform(size, size)
-    source = tensorcom.images.ImageFolderSource(test_dir)
-    return tensorcom.Pipeline(source).to_tuple("jpg", "cls").map_tuple(resize, None).batch(batch_size)
 
 
 def init_params(size: int, classes: int, hidden: int = 256, seed: int = 0) -> dict:
@@ -96,10 +79,7 @@ def main() -> None:
     parser.add_argument("--short", action="store_true", help="a small data set and 3 epochs (for tests)")
     args = parser.parse_args()
     epochs = args.epochs or (3 if args.short else 5)
-    if args.short:
-        data, size = make_demo_dataset(classes=4, per_class_train=64, per_class_test=25, size=32), 32
-    else:
-        data, size = make_demo_dataset(), 64
+    data, size = demo_data(args.short)
     sharding = tensorcom.jax.batch_sharding()  # every local device; the batch axis split over them
     print(f"training on {sharding.mesh.devices.size} device(s): {', '.join(map(str, sharding.mesh.devices))}")
     params = jax.device_put(init_params(size, len(data.classes)), NamedSharding(sharding.mesh, PartitionSpec()))

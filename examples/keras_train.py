@@ -21,11 +21,10 @@ and the held-out accuracy.
 from __future__ import annotations
 
 import argparse
-import threading
+
+from demo_setup import demo_data, free_port, held_out, serve_in_thread
 
 import tensorcom
-from tensorcom.demo.data import make_demo_dataset
-from tensorcom.demo.server import free_port
 from tensorcom.images.imagenet import dir_pipeline
 
 
@@ -37,21 +36,6 @@ def small_cnn(keras, classes: int):
                    keras.layers.BatchNormalization(momentum=0.9), keras.layers.ReLU()]
     return keras.Sequential([keras.Input((None, None, 3)), *blocks, keras.layers.GlobalAveragePooling2D(),
                              keras.layers.Dense(classes)])
-
-
-def serve_in_thread(pipeline: tensorcom.Pipeline, url: str, epochs: int) -> threading.Thread:
-    """Serve `epochs` epochs of `pipeline` to `url` from one worker process, started by a thread here."""
-    server = threading.Thread(target=tensorcom.serve, args=(pipeline, url),
-                              kwargs={"epochs": epochs, "report": None}, daemon=True)
-    server.start()
-    return server
-
-
-def held_out(test_dir: str, size: int, batch_size: int = 100) -> tensorcom.Pipeline:
-    """The held-out ImageFolder as a Pipeline of [images uint8 (N, size, size, 3), labels] batches."""
-    resize = tensorcom.images.eval_transform(size, size)
-    source = tensorcom.images.ImageFolderSource(test_dir)
-    return tensorcom.Pipeline(source).to_tuple("jpg", "cls").map_tuple(resize, None).batch(batch_size)
 
 
 def print_epoch(epoch: int, logs: dict) -> None:
@@ -70,10 +54,7 @@ def main() -> None:
     import keras
 
     epochs = args.epochs or (3 if args.short else 5)
-    if args.short:
-        data, size = make_demo_dataset(classes=4, per_class_train=64, per_class_test=25, size=32), 32
-    else:
-        data, size = make_demo_dataset(), 64
+    data, size = demo_data(args.short)
     pipeline = dir_pipeline(str(data.train_dir), batch_size=args.batch_size, size=size, min_scale=0.35)
     url = f"127.0.0.1:{free_port()}"
     with tensorcom.Connection(f"zpull://{url}", timeout=120) as conn:

@@ -11,57 +11,20 @@ shares the training images at zshare://127.0.0.1:PORT. The training loop joins i
 and each `for images, labels in loader` is one epoch of the server: images arrive as NCHW float32
 tensors on `device` (pinned and copied with non_blocking=True when it is a GPU). The held-out images are
 read here, through the same adapter over a local tensorcom.Pipeline. Prints the mean loss of each epoch
-and the held-out accuracy. The other examples use this file's helpers (model, server, evaluation).
+and the held-out accuracy. The data set and the server come from demo_setup.py, beside this file; the
+other PyTorch examples use this file's model, training epoch and evaluation.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
-import socket
-import subprocess
-import sys
 
 import torch
 import torch.nn.functional as F
+from demo_setup import demo_data, free_port, held_out, image_server
 from torch import nn
 
 import tensorcom
-from tensorcom.demo.data import make_demo_dataset
-
-
-def demo_data(short: bool):
-    """(the demo data set, its image size): ImageFolder trees and tar shards of coloured shapes, made once
-    and then cached (tensorcom.demo.data)."""
-    if short:
-        return make_demo_dataset(classes=4, per_class_train=64, per_class_test=25, size=32), 32
-    return make_demo_dataset(), 64
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(train_dir: str, url: str, *, epochs: int, batch_size: int, size: int, min_consumers: int = 1,
-                 workers: int = 1) -> subprocess.Popen:
-    """Start `serve-imagenet-dir` on `train_dir` (written so as to need no activated environment): `epochs`
-    epochs of augmented [images uint8 (N, size, size, 3), labels int32 (N,)] batches to `url`, from
-    `workers` publisher processes, once `min_consumers` have joined (zshare/zsplit URLs)."""
-    arguments = ["-d", train_dir, "-b", str(batch_size), "--size", str(size), "--min-scale", "0.35", "--epochs",
-                 str(epochs), "-P", str(workers), "--min-consumers", str(min_consumers), "-q", url]
-    print("server:", shlex.join(["serve-imagenet-dir", *arguments]), file=sys.stderr)
-    return subprocess.Popen([sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", *arguments])
-
-
-def stop_server(server: subprocess.Popen) -> None:
-    """Give the server a little time to finish its stream, then make sure it is gone."""
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.terminate()
-        server.wait()
 
 
 def make_model(classes: int) -> nn.Module:
@@ -84,13 +47,6 @@ def train_epoch(model: nn.Module, loader, optimizer) -> tuple[float, int]:
         total += loss.detach() * len(labels)  # no .item() per step: the GPU runs on without waiting
         count += len(labels)
     return float(total) / max(count, 1), count
-
-
-def held_out(test_dir: str, size: int, batch_size: int = 100) -> tensorcom.Pipeline:
-    """The held-out ImageFolder as a Pipeline of (images (N, size, size, 3) uint8, labels) batches."""
-    resize = tensorcom.images.eval_transform(size, size)
-    source = tensorcom.images.ImageFolderSource(test_dir)
-    return tensorcom.Pipeline(source).to_tuple("jpg", "cls").map_tuple(resize, None).batch(batch_size)
 
 
 def accuracy(model: nn.Module, batches, device: str) -> float:
@@ -124,8 +80,7 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(1)  # a small model; the server's processes use the other cores
     url = f"127.0.0.1:{free_port()}"
-    server = start_server(str(data.train_dir), f"zshare://{url}", epochs=epochs, batch_size=args.batch_size, size=size)
-    try:
+    with image_server(str(data.train_dir), f"zshare://{url}", epochs=epochs, batch_size=args.batch_size, size=size):
         torch.manual_seed(0)
         model = make_model(len(data.classes)).to(args.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -135,9 +90,7 @@ def main() -> None:
             loss, images = train_epoch(model, loader, optimizer)
             print(f"epoch {epoch}: loss {loss:.3f} ({images} images)", flush=True)
         loader.dataset.close()
-        print(f"held-out accuracy: {100 * accuracy(model, held_out(str(data.test_dir), size), args.device):.1f}%")
-    finally:
-        stop_server(server)
+    print(f"held-out accuracy: {100 * accuracy(model, held_out(str(data.test_dir), size), args.device):.1f}%")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 import torch
-from pytorch_train import accuracy, default_device, demo_data, free_port, make_model, train_epoch
+from demo_setup import demo_data, free_port, held_out
+from pytorch_train import accuracy, default_device, make_model, train_epoch
 
 import tensorcom
 from tensorcom.shards import ShardWriter
@@ -71,13 +72,6 @@ def write_shards(folder: str, prefix: str, seed: int = 0) -> list[str]:
     return sink.shards
 
 
-def held_out_shards(urls: list[str], size: int, batch_size: int = 100) -> tensorcom.Pipeline:
-    """The held-out shards as a Pipeline of (images (N, size, size, 3) uint8, labels) batches."""
-    resize = tensorcom.images.eval_transform(size, size)
-    samples = tensorcom.Pipeline(tensorcom.ShardDataset(urls))
-    return samples.to_tuple("jpg", "cls").map_tuple(resize, int).batch(batch_size)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--endpoint", help="URL of an S3-compatible store (default: start moto's server here)")
@@ -112,7 +106,7 @@ def main() -> None:
             pipeline.set_epoch(epoch)  # another shard order, shuffle and augmentation each epoch
             loss, images = train_epoch(model, loader, optimizer)
             print(f"epoch {epoch}: loss {loss:.3f} ({images} images)", flush=True)
-        print(f"held-out accuracy: {100 * accuracy(model, held_out_shards(test, size), args.device):.1f}%")
+        print(f"held-out accuracy: {100 * accuracy(model, held_out(test, size), args.device):.1f}%")
 
 
 if __name__ == "__main__":

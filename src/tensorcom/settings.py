@@ -55,6 +55,22 @@ def max_plain_values() -> int:
     return value
 
 
+def shared_memory() -> bool:
+    """Whether sharing servers offer, and consumers on their host accept, the shared-memory handoff
+    of batches (docs/sharing.md): False when $TENSORCOM_SHM is 0/false/no/off."""
+    return os.environ.get("TENSORCOM_SHM", "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def keras_backend() -> str | None:
+    """The Keras backend the user chose by $KERAS_BACKEND (as set, even empty); None when unset."""
+    return os.environ.get("KERAS_BACKEND")
+
+
+def keras_home() -> Path:
+    """Keras's configuration directory, where keras.json lies: $KERAS_HOME, else ~/.keras."""
+    return Path(os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"))
+
+
 def s3_endpoint_url() -> str | None:
     """Endpoint of an S3-compatible store: $AWS_ENDPOINT_URL_S3, else $AWS_ENDPOINT_URL, else None (AWS)."""
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None

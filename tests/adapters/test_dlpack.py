@@ -25,6 +25,8 @@ def test_array_fields_are_wrapped_and_the_rest_passes_through():
     assert out["__key__"] == ["a", "b"] and out["n"] == 3 and out["s"].dtype.kind == "U"
     assert out["jpg"].__dlpack_device__() == (1, 0)  # kDLCPU
     assert np.asarray(out["jpg"]) is images
+    copied = np.array(out["jpg"])  # numpy's copy=True: a writable copy, as for any array
+    assert copied is not images and copied.flags.writeable and np.array_equal(copied, images)
     assert isinstance(to_dlpack((labels,)), tuple) and isinstance(to_dlpack([labels]), list)
 
 

@@ -1,12 +1,13 @@
 """adapters/_torch_even.py: the per-step agreement that keeps ranks even, with the other ranks scripted
-(their states fed to a fake `agree`), and once for real on a one-rank gloo group. Two real processes:
-tests/adapters/test_torch_ddp.py."""
+(their states fed to a fake `agree`), and for real on a one-rank gloo group (a pass left early, then the
+next). Two real processes: tests/adapters/test_torch_ddp.py."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -22,7 +23,7 @@ def others(monkeypatch):
     """The other ranks' states, one per agreement (HAVE once the script runs out); the states this rank
     brought are recorded in `others.mine`."""
     class Script(list):
-        mine: list = []
+        mine: list
 
     script = Script()
     script.mine = []
@@ -141,3 +142,30 @@ def test_one_real_rank(one_rank):
     assert even.agree(even.WAITING, dist.group.WORLD) == even.WAITING
     dataset = tensorcom.torch.BatchDataset([[torch.arange(2)]] * 3, even=True)
     assert len(list(dataset)) == 3 and (dataset.counts.passes, dataset.counts.dropped) == (1, 0)
+
+
+@pytest.mark.net
+def test_a_stream_pass_left_early_is_stopped_before_the_next(one_rank, free_port):
+    """A `break` leaves the pass's reader thread running; the next pass joins it before it reads the stream,
+    goes on with the rest of the epoch and ends at its marker; the pass after that is the next epoch."""
+    url = f"127.0.0.1:{free_port()}"
+
+    def send() -> None:
+        with tensorcom.Connection(f"zpush://{url}", timeout=10) as sender:
+            for epoch in range(2):
+                for i in range(5):
+                    sender.send([np.array([10 * epoch + i], np.int32)])
+                sender.end_epoch()
+
+    sending = threading.Thread(target=send)
+    sending.start()
+    try:
+        with tensorcom.torch.BatchDataset(f"zpull://{url}", even=True, ahead=2, timeout=10) as dataset:
+            for batch in dataset:
+                first = int(batch[0])
+                break
+            rest, after = [[int(b[0]) for b in dataset] for _ in range(2)]
+    finally:
+        sending.join()
+    assert first == 0 and rest and rest == list(range(5 - len(rest), 5))  # the reader took at most 4
+    assert after == list(range(10, 15)) and dataset.counts.passes == 2

@@ -28,14 +28,10 @@ def cache(tmp_path_factory) -> dict:
     from tensorcom.demo.data import make_demo_dataset
 
     root = tmp_path_factory.mktemp("cache")
-    env = {**os.environ, "TENSORCOM_CACHE": str(root)}
-    old = os.environ.get("TENSORCOM_CACHE")
-    os.environ["TENSORCOM_CACHE"] = str(root)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TENSORCOM_CACHE", str(root))
         make_demo_dataset(size=64)
-    finally:
-        os.environ.pop("TENSORCOM_CACHE") if old is None else os.environ.__setitem__("TENSORCOM_CACHE", old)
-    return env
+    return {**os.environ, "TENSORCOM_CACHE": str(root)}
 
 
 def run_demo(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -91,10 +91,18 @@ def test_bad_arguments(kwargs):
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
 def test_jax_trainer_pads_the_short_batch_and_predicts():
     """One compiled shape: the last, shorter batch is padded (weight 0), so its loss is its own."""
+    from tensorcom.demo.jax_trainer import forward
+
+    jax = pytest.importorskip("jax")
     trainer = make_trainer(3, backend="jax", seed=1)
     images, labels = blobs(32, seed=0)
     trainer.step(images, labels)
-    assert trainer.backend == "jax" and np.isfinite(trainer.step(images[:5], labels[:5]))
+    logits = np.asarray(forward(jax, trainer.params, jax.numpy.asarray(images[:5])), np.float64)
+    log_p = logits - logits.max(axis=1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
+    loss = trainer.step(images[:5], labels[:5])  # padded to 32 rows, 27 of them of weight 0
+    assert trainer.backend == "jax" and np.isfinite(loss)
+    assert loss == pytest.approx(-log_p[np.arange(5), labels[:5]].mean(), rel=1e-3)  # the 5 rows' own loss
     predictions = trainer.predict(blobs(300, seed=3)[0])
     assert predictions.shape == (300,) and predictions.dtype == np.int64
     with pytest.raises(ValueError, match="predict"):

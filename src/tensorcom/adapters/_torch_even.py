@@ -28,9 +28,11 @@ source (a Pipeline on this rank's share) never waits on other ranks and is read 
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import traceback
 import warnings
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 FAILED, ENDED, WAITING, HAVE = 0, 1, 2, 3
@@ -39,14 +41,13 @@ END = object()  # what a fetcher holds after the last item of a pass
 _EMPTY = object()
 
 
+@dataclass
 class Counts:
     """What evening did: `passes` agreed on, `batches` yielded, `dropped` (received but not yielded)."""
 
-    def __init__(self) -> None:
-        self.passes = self.batches = self.dropped = 0
-
-    def __repr__(self) -> str:
-        return f"Counts(passes={self.passes}, batches={self.batches}, dropped={self.dropped})"
+    passes: int = 0
+    batches: int = 0
+    dropped: int = 0
 
 
 def state_of(item: Any) -> int:
@@ -160,8 +161,10 @@ class Readahead:
         waits for it)."""
         shelf = self.shelf
         with shelf.cond:
-            shelf.stop = not drain
-            shelf.limit = 1 << 62 if drain else shelf.limit
+            if drain:
+                shelf.limit = math.inf  # the reader takes the rest of the pass
+            else:
+                shelf.stop = True
             shelf.cond.notify_all()
         if not drain:
             return 0
@@ -254,27 +257,22 @@ def raise_failure(own: BaseException | None, group: Any) -> None:
 def even_pass(fetcher: Any, group: Any, counts: Counts) -> Iterator[Any]:
     """The batches of one pass of `fetcher` (Direct or Readahead), as many on every rank of `group`
     (rules in the module docstring); `counts` records what was yielded and dropped."""
-    finished = False
+    verdict = WAITING
     try:
-        while True:
+        while verdict in (HAVE, WAITING):
             state = fetcher.poll(POLL_SECONDS)
             verdict = agree(state, group)
             if verdict == HAVE:
                 counts.batches += 1
                 yield fetcher.take()
-            elif verdict == WAITING:
-                if state == HAVE:
-                    fetcher.allow_more()
-            elif verdict == FAILED:
-                own = fetcher.take() if state == FAILED else None
-                finished = True
-                fetcher.finish(drain=False)
-                raise_failure(own, group)
-            else:
-                finished = True
-                counts.passes += 1
-                counts.dropped += fetcher.finish()
-                return
-    finally:
-        if not finished:  # left early (an exception, or the loop broke off): stop without draining
-            fetcher.finish(drain=False)
+            elif verdict == WAITING and state == HAVE:
+                fetcher.allow_more()
+    except BaseException:  # left early (an exception, or the loop broke off): stop without draining
+        fetcher.finish(drain=False)
+        raise
+    if verdict == FAILED:
+        own = fetcher.take() if state == FAILED else None
+        fetcher.finish(drain=False)
+        raise_failure(own, group)
+    counts.passes += 1
+    counts.dropped += fetcher.finish()

@@ -53,8 +53,10 @@ class DLPackArray:
     def dtype(self) -> np.dtype:
         return self.array.dtype
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.array if dtype is None else self.array.astype(dtype)
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """The array itself (np.asarray), or a copy when `copy` is True (np.array) or `dtype` differs."""
+        array = self.array if dtype is None else self.array.astype(dtype, copy=False)
+        return array.copy() if copy and array is self.array else array
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.array.__dlpack_device__()

@@ -36,7 +36,7 @@ shorter than its pass otherwise (fit's steps_per_epoch) skips the rest of the pa
 
 The source is read in the thread that calls `__getitem__` (workers=1, no multiprocessing: the data
 server is the worker pool, and a Connection is not to be shared between threads). keras is imported
-when StreamDataset is first looked up; `choose_backend()` runs just before that.
+when StreamDataset is first looked up, by `import_keras()`: `choose_backend()`, then keras.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ import json
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -59,17 +58,26 @@ def choose_backend(preferred: str = FALLBACK_BACKEND) -> str | None:
     that can run: $KERAS_BACKEND unset and keras.json naming none, or naming keras's default,
     tensorflow, without tensorflow installed. Returns the backend set, or None when the choice stands
     (or keras is already imported, when it is too late to choose)."""
-    if "keras" in sys.modules or "KERAS_BACKEND" in os.environ:
+    from tensorcom import settings
+
+    if "keras" in sys.modules or settings.keras_backend() is not None:
         return None
-    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
     try:
-        configured = json.loads((Path(home) / "keras.json").read_text()).get("backend")
+        configured = json.loads((settings.keras_home() / "keras.json").read_text()).get("backend")
     except (OSError, ValueError, AttributeError):
         configured = None
     if configured and (configured != "tensorflow" or importlib.util.find_spec("tensorflow") is not None):
         return None
-    os.environ["KERAS_BACKEND"] = preferred
+    os.environ["KERAS_BACKEND"] = preferred  # what keras reads when it is imported
     return preferred
+
+
+def import_keras() -> Any:
+    """keras, imported after `choose_backend()`; MissingDependency naming tensorcom[keras] without it."""
+    from tensorcom.extras import require
+
+    choose_backend()
+    return require("keras")
 
 
 def images_to_float(x: Any, *rest: Any) -> tuple:
@@ -191,10 +199,7 @@ class PassReader:
 
 def _make_dataset_class() -> type:
     """Define StreamDataset on first use (it subclasses keras.utils.PyDataset)."""
-    from tensorcom.extras import require
-
-    choose_backend()
-    PyDataset = require("keras").utils.PyDataset  # MissingDependency names the extra
+    PyDataset = import_keras().utils.PyDataset
 
     class StreamDataset(PyDataset):
         """A keras PyDataset over the passes of `source` (module docstring: epochs, fields, transform).

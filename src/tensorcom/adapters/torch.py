@@ -11,8 +11,8 @@ Only the fields declared as images change layout; every other array becomes a te
 shape and dtype. (0.1's `converters="torch"` guesses images by shape; see transport/converters.py.)
 A tensor bound for a CUDA device is pinned and copied with non_blocking=True; nothing touches CUDA
 when the device is the CPU. torch is imported only when a conversion is set up for another device,
-runs, or `BatchDataset` / `TensorcomDataset` is first looked up. docs/frameworks-torch.md is the
-user's guide.
+runs, or `BatchDataset` / `TensorcomDataset` is first looked up. docs/frameworks.md ("PyTorch") is
+the user's guide.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def _make_batch_dataset_class() -> type:
             self.connection_args = connection_args
             self.counts = even_ends.Counts()
             self._opened: Any = None  # the Connection opened from self.urls
-            self._reader: Any = None  # the latest pass's Readahead
+            self._reader: Any = None  # the latest evened pass's fetcher (a Readahead's thread may still run)
 
         def __getstate__(self) -> dict:  # sockets and threads stay in the process that opened them
             return {**self.__dict__, "_opened": None, "_reader": None}
@@ -248,21 +248,24 @@ def _make_batch_dataset_class() -> type:
         def __iter__(self) -> Iterator[Any]:
             group = self._even_group()
             stream = self._stream()
-            if self._reader is not None:  # a pass left early: its reader may still hold the stream
-                self._reader.join()
-                self._reader = None
-            batches = iter(stream if stream is not None else self.source)
+            self._join_reader()  # a pass left early: its reader may still hold the stream
+            batches = iter(self.source if stream is None else stream)
             if group is None:
                 for batch in batches:
                     self.counts.batches += 1
                     yield self.convert(batch)
                 self.counts.passes += 1
                 return
-            fetcher = even_ends.Readahead(batches, self.ahead) if stream is not None else even_ends.Direct(batches)
-            self._reader = fetcher if stream is not None else None
-            with contextlib.closing(even_ends.even_pass(fetcher, group, self.counts)) as evened:
+            self._reader = even_ends.Direct(batches) if stream is None else even_ends.Readahead(batches, self.ahead)
+            with contextlib.closing(even_ends.even_pass(self._reader, group, self.counts)) as evened:
                 for batch in evened:
                     yield self.convert(batch)
+
+        def _join_reader(self, timeout: float | None = None) -> None:
+            """Stop the latest evened pass's reader and wait for it (at most `timeout` seconds)."""
+            if self._reader is not None:
+                self._reader.join(timeout)
+                self._reader = None
 
         def _even_group(self) -> Any:
             """even_group() in the training process; in a DataLoader worker, no evening and no device."""
@@ -298,9 +301,7 @@ def _make_batch_dataset_class() -> type:
         def close(self) -> None:
             """Stop a reader left running and close the Connection opened from a URL (one given is the
             caller's to close)."""
-            if self._reader is not None:
-                self._reader.join(timeout=1.0)
-                self._reader = None
+            self._join_reader(timeout=1.0)
             if self._opened is not None:
                 self._opened.close()
                 self._opened = None

@@ -60,10 +60,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_framework(backend: str) -> None:
     """Fail at once (MissingDependency naming the extra) when the framework asked for is not installed;
-    for keras, choose its backend first (torch unless the user chose one: adapters.keras.choose_backend)."""
+    keras is imported on the backend it will train on (torch unless the user chose one:
+    adapters.keras.import_keras)."""
     if backend == "keras":
-        from tensorcom.adapters.keras import choose_backend
+        from tensorcom.adapters.keras import import_keras
 
-        choose_backend()
-    if backend in ("torch", "keras", "jax"):
+        import_keras()
+    elif backend in ("torch", "jax"):
         require(backend)

@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from tensorcom.demo.trainer import check_batch
+from tensorcom.demo.trainer import Trainer, checked, untrained
 
 WIDTHS = (16, 32, 64)  # output channels of the three strided conv layers
 
@@ -64,7 +64,7 @@ def make_step(jax, lr: float, beta1: float = 0.9, beta2: float = 0.999):
     return step
 
 
-class JaxTrainer:
+class JaxTrainer(Trainer):
     """The CNN above, trained with Adam on jax's default device; built on the first batch."""
 
     backend = "jax"
@@ -72,9 +72,8 @@ class JaxTrainer:
     def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None):
         from tensorcom.extras import require
 
+        super().__init__(classes, seed=seed, lr=lr)
         self.jax = require("jax")
-        self.classes, self.seed = classes, seed
-        self.lr = 3e-3 if lr is None else float(lr)
         self.params = self.moments = None
         self.count = 0
         self._step = make_step(self.jax, self.lr)
@@ -91,8 +90,7 @@ class JaxTrainer:
 
     def step(self, images: np.ndarray, labels: np.ndarray) -> float:
         """One Adam step on the batch; returns its mean cross-entropy before the step."""
-        check_batch(images, labels)
-        images = np.asarray(images)
+        images = checked(images, labels)  # uint8 stays uint8: scaled on the device
         if self.params is None:
             self.params = init_params(self.jax, self.classes, images.shape[-1], self.seed)
             zeros = self.jax.tree_util.tree_map(self.jax.numpy.zeros_like, self.params)
@@ -106,13 +104,8 @@ class JaxTrainer:
     def predict(self, images: np.ndarray, rows: int = 256) -> np.ndarray:
         """Predicted labels (N,) int64 for a batch of images (run `rows` at a time)."""
         if self.params is None:
-            raise ValueError("predict() before any step(): the model has not seen data yet")
-        check_batch(images)
-        images = np.asarray(images)
+            raise untrained()
+        images = checked(images)
         out = [np.asarray(self._predict(self.params, self._device([images[i : i + rows]], rows)[0]))
                for i in range(0, len(images), rows)]
         return np.concatenate(out)[: len(images)].argmax(axis=1).astype(np.int64)
-
-    def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
-        """Fraction of `images` whose predicted label equals `labels`."""
-        return float((self.predict(check_batch(images, labels)) == np.asarray(labels)).mean())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorcom.demo.trainer import check_batch
+from tensorcom.demo.trainer import Trainer, check_batch, untrained
 
 
 def keras_model(keras, classes: int, channels: int):
@@ -27,7 +27,7 @@ def keras_model(keras, classes: int, channels: int):
     ])
 
 
-class KerasTrainer:
+class KerasTrainer(Trainer):
     """A small Keras CNN trained with Adam; the model is built on the first batch (its channel count).
 
     `threads` (default 1) sets the torch backend's intra-op threads, as TorchTrainer does."""
@@ -35,15 +35,13 @@ class KerasTrainer:
     backend = "keras"
 
     def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None, threads: int | None = 1):
-        from tensorcom.adapters.keras import choose_backend
+        from tensorcom.adapters.keras import import_keras
         from tensorcom.extras import require
 
-        choose_backend()
-        self.keras = require("keras")
+        super().__init__(classes, seed=seed, lr=lr)
+        self.keras = import_keras()
         if threads and self.keras.backend.backend() == "torch":
             require("torch").set_num_threads(threads)
-        self.classes, self.seed = classes, seed
-        self.lr = 3e-3 if lr is None else float(lr)
         self.model = None
 
     def _inputs(self, images: np.ndarray) -> np.ndarray:
@@ -65,10 +63,6 @@ class KerasTrainer:
     def predict(self, images: np.ndarray) -> np.ndarray:
         """Predicted labels (N,) int64 for a batch of images."""
         if self.model is None:
-            raise ValueError("predict() before any step(): the model has not seen data yet")
+            raise untrained()
         logits = self.keras.ops.convert_to_numpy(self.model.predict_on_batch(self._inputs(images)))
         return np.asarray(logits).argmax(axis=1).astype(np.int64)
-
-    def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
-        """Fraction of `images` whose predicted label equals `labels`."""
-        return float((self.predict(check_batch(images, labels)) == np.asarray(labels)).mean())

@@ -39,10 +39,12 @@ def die_with_parent() -> None:
 
 
 def server_arguments(*, train_dir: str, url: str, batch_size: int, size: int, epochs: int, workers: int,
-                     seed: int) -> list[str]:
-    """The serve-imagenet-dir argument list (after the program name) that serves `train_dir` to `url`."""
+                     seed: int, min_consumers: int = 1) -> list[str]:
+    """The serve-imagenet-dir argument list (after the program name) that serves `train_dir` to `url`
+    (a zshare/zsplit `url` once `min_consumers` have joined), with no rate reports."""
+    sharing = ["--min-consumers", str(min_consumers)] if min_consumers != 1 else []
     return ["-d", train_dir, "-b", str(batch_size), "--size", str(size), "--epochs", str(epochs),
-            "-P", str(workers), "--min-scale", str(MIN_SCALE), "--seed", str(seed), "-r", "0", url]
+            "-P", str(workers), "--min-scale", str(MIN_SCALE), "--seed", str(seed), *sharing, "-r", "0", url]
 
 
 def manual_commands(arguments: list[str], port: int) -> str:
@@ -56,7 +58,8 @@ def manual_commands(arguments: list[str], port: int) -> str:
 
 @contextlib.contextmanager
 def server_process(arguments: list[str], log) -> Iterator[subprocess.Popen]:
-    """Run serve-imagenet-dir ARGUMENTS as a subprocess (stdout and stderr to `log`); stop it on exit."""
+    """Run serve-imagenet-dir ARGUMENTS as a subprocess (stdout and stderr to `log`, a file; None: this
+    process's own); stop it on exit."""
     command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", *arguments]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)

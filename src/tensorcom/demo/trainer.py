@@ -1,33 +1,48 @@
 """The small image classifier that `tensorcom demo` trains: torch when importable, numpy otherwise;
 keras (tensorcom.demo.keras_trainer) or jax (tensorcom.demo.jax_trainer) when asked for.
 
-Every backend shares one interface (see `Trainer`): `step(images, labels) -> loss` takes one batch of
-uint8 (or float) images shaped (N, H, W, C) and integer labels (N,) and does one optimizer step;
-`predict(images) -> labels` and `accuracy(images, labels) -> fraction` evaluate. `make_trainer` picks
-the backend. No backend needs a GPU; all are sized to learn the demo's coloured shapes in seconds
-on two cores.
+Every backend is a `Trainer`: `step(images, labels) -> loss` takes one batch of uint8 (or float)
+images shaped (N, H, W, C) and integer labels (N,) and does one optimizer step; `predict(images) ->
+labels` and `accuracy(images, labels) -> fraction` evaluate. `make_trainer` picks the backend. No
+backend needs a GPU; all are sized to learn the demo's coloured shapes in seconds on two cores.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Protocol
 
 import numpy as np
 
 BACKENDS = ("auto", "torch", "numpy", "keras", "jax")
+DEFAULT_LR = 3e-3
 
 
-class Trainer(Protocol):
-    """What the demo calls; both backends implement it."""
+class Trainer:
+    """What the demo calls, and what every backend shares: `classes`, `seed`, `lr` (DEFAULT_LR when
+    None), and `accuracy` through the backend's `predict`. A backend defines `step` and `predict`."""
 
     backend: str
 
-    def step(self, images: np.ndarray, labels: np.ndarray) -> float: ...
+    def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None):
+        self.classes, self.seed = classes, seed
+        self.lr = DEFAULT_LR if lr is None else float(lr)
 
-    def predict(self, images: np.ndarray) -> np.ndarray: ...
+    def step(self, images: np.ndarray, labels: np.ndarray) -> float:
+        """One optimizer step on the batch; returns its mean cross-entropy before the step."""
+        raise NotImplementedError
 
-    def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float: ...
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        """Predicted labels (N,) int64 for a batch of images; ValueError (`untrained()`) before any step."""
+        raise NotImplementedError
+
+    def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
+        """Fraction of `images` whose predicted label equals `labels`."""
+        return float((self.predict(checked(images, labels)) == np.asarray(labels)).mean())
+
+
+def untrained() -> ValueError:
+    """The error `predict` raises before the model has seen a batch."""
+    return ValueError("predict() before any step(): the model has not seen data yet")
 
 
 def torch_available() -> bool:
@@ -61,8 +76,9 @@ def make_trainer(classes: int, *, backend: str = "auto", seed: int = 0, lr: floa
     return NumpyTrainer(classes, seed=seed, lr=lr)
 
 
-def check_batch(images: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
-    """Validate a batch: images (N, H, W, C) with C in 1..4, labels (N,) integers; returns float32 in [0, 1]."""
+def checked(images: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
+    """`images` as an array, once it is a batch (N, H, W, C) with C in 1, 3, 4 and `labels`, when given,
+    integers (N,); ValueError otherwise."""
     images = np.asarray(images)
     if images.ndim != 4 or images.shape[-1] not in (1, 3, 4):
         raise ValueError(f"images must be shaped (N, H, W, C) with C in 1, 3, 4; got {images.shape}")
@@ -70,6 +86,12 @@ def check_batch(images: np.ndarray, labels: np.ndarray | None = None) -> np.ndar
         labels = np.asarray(labels)
         if labels.shape != images.shape[:1] or labels.dtype.kind not in "iu":
             raise ValueError(f"labels must be integers shaped ({images.shape[0]},); got {labels.dtype} {labels.shape}")
+    return images
+
+
+def check_batch(images: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
+    """`checked(images, labels)` as float32 in [0, 1] (uint8 divided by 255)."""
+    images = checked(images, labels)
     if images.dtype == np.uint8:
         return images.astype(np.float32) * np.float32(1 / 255)
     return images.astype(np.float32, copy=False)
@@ -103,7 +125,7 @@ def pooled_features(images: np.ndarray, grid: int = 8, bins: int = 4) -> np.ndar
     return np.concatenate([cells.reshape(n, -1), flat.mean(axis=1), fore.mean(axis=1), hist], axis=1)
 
 
-class NumpyTrainer:
+class NumpyTrainer(Trainer):
     """A one-hidden-layer network on pooled image features, trained with Adam; pure numpy.
 
     Inputs are resized implicitly by pooling, so any image size works (the feature width is fixed by the
@@ -113,9 +135,8 @@ class NumpyTrainer:
     backend = "numpy"
 
     def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None, hidden: int = 128):
-        self.classes = classes
+        super().__init__(classes, seed=seed, lr=lr)
         self.hidden = hidden
-        self.lr = 3e-3 if lr is None else float(lr)
         self.rng = np.random.default_rng(seed)
         self.params: dict[str, np.ndarray] = {}
         self.moments: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -178,12 +199,8 @@ class NumpyTrainer:
     def predict(self, images: np.ndarray) -> np.ndarray:
         """Predicted labels (N,) int64 for a batch of images."""
         if self.center is None:
-            raise ValueError("predict() before any step(): the model has not seen data yet")
+            raise untrained()
         return self._forward(self._features(images))[1].argmax(axis=1)
-
-    def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
-        """Fraction of `images` whose predicted label equals `labels`."""
-        return float((self.predict(check_batch(images, labels)) == np.asarray(labels)).mean())
 
 
 def _torch_model(classes: int, channels: int):
@@ -199,7 +216,7 @@ def _torch_model(classes: int, channels: int):
     )
 
 
-class TorchTrainer:
+class TorchTrainer(Trainer):
     """A small CNN trained with Adam on the CPU; images (N, H, W, C) are converted to NCHW float.
 
     `threads` (default 1) sets torch's intra-op threads for the process: this model is too small to
@@ -211,14 +228,10 @@ class TorchTrainer:
     def __init__(self, classes: int, *, seed: int = 0, lr: float | None = None, threads: int | None = 1):
         from tensorcom.extras import require
 
-        torch = require("torch")
-
+        super().__init__(classes, seed=seed, lr=lr)
+        self.torch = require("torch")
         if threads:
-            torch.set_num_threads(threads)
-        self.torch = torch
-        self.classes = classes
-        self.lr = 3e-3 if lr is None else float(lr)
-        self.seed = seed
+            self.torch.set_num_threads(threads)
         self.model = None
         self.optimizer = None
 
@@ -245,11 +258,7 @@ class TorchTrainer:
     def predict(self, images: np.ndarray) -> np.ndarray:
         """Predicted labels (N,) int64 for a batch of images."""
         if self.model is None:
-            raise ValueError("predict() before any step(): the model has not seen data yet")
+            raise untrained()
         self.model.eval()
         with self.torch.no_grad():
             return self.model(self._tensor(images)).argmax(dim=1).numpy()
-
-    def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
-        """Fraction of `images` whose predicted label equals `labels`."""
-        return float((self.predict(check_batch(images, labels)) == np.asarray(labels)).mean())

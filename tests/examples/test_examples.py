@@ -1,7 +1,8 @@
-"""The PyTorch examples (examples/pytorch_train.py, hyperparameter_search.py, ddp_train.py, s3_shards.py)
-run as a user runs them, with --short, each as a subprocess in a session of its own: each exits 0, its
-loss falls from the first epoch to the last, its held-out accuracy beats chance, and nothing it started
-(servers, jobs, ranks, moto) is left running. The session is killed at teardown whatever happened."""
+"""examples/*.py run as a user runs them, with --short, each as a subprocess in a session of its own: each
+exits 0, its loss falls from the first epoch to the last, its held-out accuracy beats chance, and nothing
+it started (servers and their workers, jobs, ranks, moto) is left running. The session is killed at
+teardown whatever happened. The Keras and JAX examples serve the demo data from a thread of their own;
+the JAX one trains on two forced host devices."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -24,15 +24,23 @@ ACCURACY = re.compile(r"^held-out accuracy: ([\d.]+)%$", re.M)
 CHANCE = 25.0  # --short: 4 classes
 
 
+def installed(*modules: str) -> pytest.MarkDecorator:
+    """Skip the test unless every module of `modules` can be imported."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed")
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
-    """os.environ with TENSORCOM_CACHE in a temp dir holding the --short demo data set (made once here)."""
-    from tensorcom.demo.data import make_demo_dataset
-
+    """os.environ with TENSORCOM_CACHE in a temp dir holding the --short demo data set, made once here
+    by the examples' own examples/demo_setup.py."""
+    spec = importlib.util.spec_from_file_location("demo_setup", EXAMPLES / "demo_setup.py")
+    demo_setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo_setup)
     root = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TENSORCOM_CACHE", str(root))
-        make_demo_dataset(classes=4, per_class_train=64, per_class_test=25, size=32)  # the examples' --short
+        demo_setup.demo_data(short=True)
     return {**os.environ, "TENSORCOM_CACHE": str(root), "PYTHONUNBUFFERED": "1"}
 
 
@@ -71,12 +79,14 @@ def learned(out: str) -> float:
     return float(accuracy.group(1))
 
 
+@installed("torch")
 def test_pytorch_train(popen, env):
     out = run_example(popen, env, "pytorch_train.py")
     assert learned(out) > CHANCE
     assert re.findall(r"\((\d+) images\)", out) == ["256"] * 3  # every epoch of the server, whole
 
 
+@installed("torch")
 def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
     out = run_example(popen, env, "hyperparameter_search.py", "--lrs", "0.01,0.003,0.001")
     assert re.search(r"^served \d+ batches once, to 3 jobs$", out, re.M), out
@@ -87,6 +97,7 @@ def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
     assert len(re.findall(r"^job lr=\S+: epoch \d+: loss", out, re.M)) == 9
 
 
+@installed("torch")
 def test_ddp_ranks_on_one_zsplit_server_take_the_same_number_of_steps(popen, env):
     # (--split shard costs as much again; the even ends of rank shares: tests/adapters/test_torch_ddp.py)
     out = run_example(popen, env, "ddp_train.py")
@@ -99,11 +110,22 @@ def test_ddp_ranks_on_one_zsplit_server_take_the_same_number_of_steps(popen, env
     assert learned(out) > CHANCE
 
 
+@installed("torch", "moto", "s3fs")
 def test_s3_shards_written_and_trained_from(popen, env):
-    for module in ("moto", "s3fs"):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"{module} is not installed")
     out = run_example(popen, env, "s3_shards.py")
     assert re.search(r"^wrote 4 training shards \(s3://tensorcom-demo/train-000000\.tar \.\.\.\) and 2 held-out",
                      out, re.M), out
     assert learned(out) > CHANCE
+
+
+@installed("keras")
+def test_keras_example_learns(popen, env):
+    assert learned(run_example(popen, env, "keras_train.py", timeout=110)) > 50  # 4 classes: chance is 25%
+
+
+@installed("jax")
+def test_jax_example_learns_on_two_devices(popen, env):
+    two = {**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    out = run_example(popen, two, "jax_train.py", timeout=110)
+    assert "training on 2 device(s)" in out
+    assert learned(out) > 50
