@@ -11,14 +11,15 @@ zsplit sharing server in this process, by
       ray.init(num_cpus=2), started once before the runs), pushing to the hub's tcp input;
 for W = 1 and 2. Printed: img/s and CPU ms per image in steady state (from the consumer's batch 2W,
 when every worker has started, to its last batch) and CPU ms per image in all (start-up included),
-each counting every process of
-the setup: this process, its children and all their descendants alive (so Ray's gcs_server, raylet,
-idle workers and actors) from /proc, plus reaped children; and the ratios (b)/(a).
+each counting every process of the setup: this process, its children and all their descendants
+alive (so Ray's gcs_server, raylet, idle workers and actors) from /proc, plus reaped children
+(benchmarks/_processes.py's tree_cpu); and the ratios (b)/(a).
 
 Part 2: fan-in. F = 2, 4, 8 sender processes each pushing 9.6 MB batches ([uint8 (64,224,224,3),
 int32 (64,)], pre-built, zero-copy) to one consumer over loopback tcp, (d) straight into a Connection
 that binds zpull, (e) through a sharing server in another process (a Hub with a tcp input: the layout
-tensorcom.ray uses) to a zjoin consumer; the consumer's batches/s, GB/s and CPU ms per batch.
+tensorcom.ray uses) to a zjoin consumer; the consumer's batches/s, GB/s and CPU ms per batch, and the
+ratios (e)/(d) for each F.
 
 Part 3: the model (printed, with its inputs): augmentation cores and machines for a trainer of T img/s
 from part 1's CPU per image, against the trainer's ingest (T x 150.5 KB/s) and its limits: the
@@ -34,7 +35,6 @@ import argparse
 import math
 import multiprocessing
 import os
-import resource
 import sys
 import threading
 import time
@@ -45,55 +45,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, HERE)
 
+from _processes import tree_cpu, wait_gone  # benchmarks/_processes.py
+
 from pipeline import BATCH, SIZE, check_batch, free_port, make_dataset  # benchmarks/pipeline.py
+from transport import SHAPES as FAN_SHAPES  # benchmarks/transport.py: its batch and CPU clock
+from transport import make_batch, process_cpu
 
 IMAGE_BYTES = SIZE * SIZE * 3 + 4  # one served image: uint8 HxWx3 and its int32 label
-FAN_SHAPES = ((64, 224, 224, 3), (64,))
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-# ---------------------------------------------------------------- CPU of a process tree
-
-
-def descendants(root: int) -> list[int]:
-    """The pids of every live descendant of `root` (from /proc's parent pids)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def tree_cpu() -> float:
-    """CPU seconds of this process, its reaped children, and every live descendant (with the children
-    each of them reaped)."""
-    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
-    for pid in descendants(os.getpid()):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(value) for value in fields[11:15]) / TICK  # utime stime cutime cstime
-    return total
-
-
-def wait_gone(pids: list[int], timeout: float = 30.0) -> None:
-    """Wait until none of `pids` is alive (killed actors: their CPU must not leave a later run's count)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
-        time.sleep(0.1)
+FAN_BYTES = int(np.prod(FAN_SHAPES[0])) + 4 * FAN_SHAPES[1][0]  # one fan-in batch: uint8 images, int32 labels
 
 
 # ---------------------------------------------------------------- part 1: the image pipeline
@@ -191,25 +150,15 @@ def serving_table(best: dict, workers: list[int]) -> str:
 # ---------------------------------------------------------------- part 2: fan-in
 
 
-def fan_batch() -> list:
-    rng = np.random.default_rng(0)
-    return [rng.integers(0, 256, FAN_SHAPES[0], dtype=np.uint8), np.arange(64, dtype=np.int32)]
-
-
 def fan_sender(url: str, count: int) -> None:
     """Process body: push the pre-built batch `count` times, zero-copy."""
     from tensorcom import Connection
 
-    batch = fan_batch()
+    batch = make_batch()
     conn = Connection(url, sndhwm=4)
     for _ in range(count):
         conn.send(batch, copy=False)
     conn.close(linger=120)
-
-
-def process_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def fan_hub(url: str, worker_url, mark, done, cpu) -> None:
@@ -263,9 +212,8 @@ def fan_in_once(fan: int, mode: str, total: int) -> dict:
             if proc.is_alive():
                 proc.kill()
     timed = each * fan - warmup
-    nbytes = sum(int(np.prod(s)) for s in FAN_SHAPES[:1]) + 4 * 64
     rate = timed / seconds
-    result = {"fan": fan, "mode": mode, "rate": rate, "gbps": rate * nbytes / 1e9,
+    result = {"fan": fan, "mode": mode, "rate": rate, "gbps": rate * FAN_BYTES / 1e9,
               "cpu_ms": 1000 * used / timed}
     result["hub_ms"] = 1000 * cpu.value / timed if hub else float("nan")
     print(f"  fan-in {fan} {mode}: {rate:.1f} batches/s, {result['gbps']:.2f} GB/s, consumer {result['cpu_ms']:.2f} "
@@ -283,6 +231,10 @@ def fan_in_table(results: dict, fans: list[int]) -> str:
             hub = "—" if math.isnan(row["hub_ms"]) else f"{row['hub_ms']:.2f}"
             lines.append(f"| {fan} | {name} | {row['rate']:.1f} | {row['gbps']:.2f} | {row['cpu_ms']:.2f} | {hub} | "
                          f"{row['gbps'] / base:.2f} |")
+    lines += ["", "| senders | GB/s hub/direct | consumer CPU ms/batch hub/direct |", "|---:|---:|---:|"]
+    for fan in fans:
+        hub, direct = results[(fan, "hub")], results[(fan, "direct")]
+        lines.append(f"| {fan} | {hub['gbps'] / direct['gbps']:.2f} | {hub['cpu_ms'] / direct['cpu_ms']:.2f} |")
     return "\n".join(lines)
 
 
@@ -297,7 +249,7 @@ def model(ms_per_image: float, fan: dict | None, args: argparse.Namespace) -> st
     limits = [(f"NIC {args.nic_gbit:g} Gbit/s", args.nic_gbit / 8), ("Connection receive", args.ingest_gbps)]
     note = ""
     if fan:
-        batch_gb = (np.prod(FAN_SHAPES[0]) + 4 * 64) / 1e9
+        batch_gb = FAN_BYTES / 1e9
         consumer_ms = max(r["cpu_ms"] for r in fan.values())
         hub_ms = max(r["hub_ms"] for (_, mode), r in fan.items() if mode == "hub")
         limits += [("consumer core", batch_gb / consumer_ms * 1e3), ("hub core", batch_gb / hub_ms * 1e3)]

@@ -1,6 +1,7 @@
 """tensorcom.ray on a local Ray instance (ray.init(num_cpus=2), started once for the module): two
 actors deliver one epoch exactly; an actor killed mid-epoch is restarted and the epoch still arrives
-whole with no duplicate; a Ray Data dataset reaches a plain consumer; no actor outlives its serve.
+whole with no duplicate; a pipeline that raises ends the serve with WorkerError; a Ray Data dataset
+reaches a plain consumer; no actor outlives its serve. join_url and actor_options without Ray.
 
 The actors build their pipeline from this file ("tests/adapters/test_ray.py:make_ids"), so this
 module is also imported in the actors' processes."""
@@ -33,6 +34,19 @@ def make_ids():
     from tensorcom.pipeline import Pipeline
 
     return Pipeline(list(range(SAMPLES)), seed=0).map(slow_id).batch(BATCH)
+
+
+def broken_id(sample: int) -> dict:
+    if sample == 9:
+        raise ValueError(f"bad sample {sample}")
+    return {"id": np.int64(sample)}
+
+
+def make_broken():
+    """A pipeline whose function raises on sample 9 (in its third batch)."""
+    from tensorcom.pipeline import Pipeline
+
+    return Pipeline(list(range(SAMPLES)), seed=0).map(broken_id).batch(BATCH)
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +168,40 @@ def test_a_ray_dataset_reaches_a_plain_consumer(cluster, free_port):
                                 report=None)
     consumer.join(timeout=30)
     assert sorted(ids) == [2 * i for i in range(100)] and result["samples"] == 100
+
+
+def test_an_actor_whose_pipeline_raises_ends_the_serve_with_worker_error(cluster, free_port):
+    """A bug in the augmentation: serve() raises WorkerError naming the actor and the pipeline's own
+    error, and no actor is left behind."""
+    from tensorcom.adapters import ray as tray
+    from tensorcom.errors import WorkerError
+
+    pids: list[int] = []
+    with pytest.raises(WorkerError, match=r"(?s)serving actor 0 \(pid \d+ on .*bad sample 9"):
+        with tray.start(f"{os.path.abspath(__file__)}:make_broken", f"zsplit://127.0.0.1:{free_port()}", workers=1,
+                        host="127.0.0.1", report=None) as serving:
+            pids = [m.pid for m in serving.members]
+            serving.wait(timeout=60)
+    assert len(pids) == 1 and wait_gone(pids) == []
+
+
+@pytest.mark.parametrize("address,url", [
+    ("tcp://0.0.0.0:7880", "zjoin://10.0.0.5:7880"),  # a wildcard bind: the driver's node address
+    ("tcp://127.0.0.1:7880", "zjoin://127.0.0.1:7880"),
+    ("ipc:///tmp/feed", "zjoin+ipc:///tmp/feed"),
+])
+def test_join_url_names_the_drivers_node_for_a_wildcard_bind(address, url):
+    from tensorcom.adapters.ray import join_url
+
+    assert join_url(address, "10.0.0.5") == url
+
+
+def test_actor_options_split_ray_resources_from_custom_ones():
+    from tensorcom.adapters.ray import actor_options
+
+    options = actor_options(0, {"num_gpus": 1, "memory": 2**30, "accel": 2}, None, 3)
+    assert options == {"num_cpus": 1, "num_gpus": 1, "memory": 2**30, "resources": {"accel": 2},
+                       "scheduling_strategy": "SPREAD", "max_restarts": 3, "max_task_retries": 0}
 
 
 def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_port):

@@ -204,8 +204,9 @@ def nonnegative_int(text: str) -> int:
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> None:
-    """--epochs, --count (`count_help`), -r/--report, -q/--quiet and --resume, as every server takes
-    them; `serve_plan` reads them back."""
+    """--epochs, --count (`count_help`), -r/--report, -q/--quiet, --resume, a sender's CURVE options
+    (--curve-secret, --curve-clients), the sharing options (--min-consumers, --replay, --policy) and
+    Ray's (--ray, --address, --ray-cpus), as every server takes them; `serve_plan` reads them back."""
     parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
     parser.add_argument("--count", type=nonnegative_int, default=0, help=count_help)
     parser.add_argument("-r", "--report", type=float, default=10.0,
@@ -270,7 +271,8 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """URL… (default zsub://127.0.0.1:7880) and --timeout, as every receiving tool takes them."""
+    """URL… (default zsub://127.0.0.1:7880), --timeout and a receiver's CURVE options (--curve-server,
+    --curve-secret), as every receiving tool takes them; `open_source` reads them back."""
     parser.add_argument("urls", nargs="*", metavar="URL", default=[DEFAULT_SOURCE_URL],
                         help=f"where to receive from (brace expansion works; default {DEFAULT_SOURCE_URL})")
     parser.add_argument("--timeout", type=seconds, default=None, metavar="S",

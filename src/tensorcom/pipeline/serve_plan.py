@@ -67,7 +67,8 @@ class ServePlan:
         urls = self.urls or [DEFAULT_URL]
         served, epochs = self.limited(target)
         what = announce or describe(served)
-        print(f"serving {what} to {' '.join(urls)} from {self.publishers()} {self.unit}(s)", file=sys.stderr, flush=True)
+        print(f"serving {what} to {' '.join(urls)} from {self.publishers()} {self.unit}(s)", file=sys.stderr,
+              flush=True)
         return (self.serve or serve)(served, urls, workers=self.workers, epochs=epochs, report=self.report or None,
                                      **self.options)
 

@@ -23,11 +23,12 @@ modify its arrays after yielding it.
 Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its share, whose values
 are its counts: messages to the parent (one multiprocessing queue) are ("item", i, (batches, samples))
 after its first batch, then at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i,
-reports) once its connection is closed, or ("error", i, Failure). The parent prints a rate line to
-stderr every `report` seconds from the first batch (or calls `on_report(stats)`), with rates over a
-sliding window of the last `report` seconds (tensorcom.progress.RateWindow), raises WorkerError when a worker fails
-(with its traceback and sample key) and WorkerDied when one dies silently; either way, and on Ctrl-C,
-it stops every worker before returning. Workers watch the parent and exit when it disappears
+reports) once its connection is closed, or ("error", i, Failure). The parent (a `Supervisor`,
+tensorcom.pipeline._supervisor) prints a rate line to stderr every `report` seconds from the first
+batch (or calls `on_report(stats)`), with rates over a sliding window of the last `report` seconds
+(tensorcom.progress.RateWindow), raises WorkerError when a worker fails (with its traceback and
+sample key) and WorkerDied when one dies silently; either way, and on Ctrl-C, it stops every worker
+before returning. Workers watch the parent and exit when it disappears
 (tensorcom.pipeline._watch).
 """
 
@@ -36,23 +37,19 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import multiprocessing
 import os
-import queue
 import secrets
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from tensorcom.pipeline._failure import died
-from tensorcom.pipeline._loop import join_or_kill, one_task, worker_loop
+from tensorcom.pipeline._loop import one_task, worker_loop
 from tensorcom.pipeline._pipeline import Pipeline
+from tensorcom.pipeline._supervisor import Supervisor
 from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.function_spec import load_function
-from tensorcom.pipeline.shared_serving import consumer_lines, finish_hub, open_hub
+from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.workers import check_picklable
-from tensorcom.progress import RateWindow
 from tensorcom.transport.batches import batch_size
 from tensorcom.transport.resume import ResumePlan
 
@@ -228,113 +225,6 @@ def serve_share(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[
         conn.close(linger=0.0 if stop.is_set() else linger)
 
 
-class _Supervisor:
-    """The parent's side: starts the workers, reads their messages, reports, and stops them."""
-
-    def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
-        self.hub = hub  # a sharing server: its consumers' reports join the rate lines
-        self.ctx = multiprocessing.get_context("spawn")
-        self.messages = self.ctx.Queue()
-        self.stop = self.ctx.Event()
-        self.barrier: Any = None
-        self.procs: list = []
-        self.counts: dict[int, tuple[int, int]] = {}
-        self.done: set[int] = set()
-        self.report, self.on_report = report, on_report
-        self.start = time.monotonic()
-        self.last_time: float | None = None  # of the last report; None until the first batch
-        self.rates = RateWindow(max(report or 0.0, 1.0))
-
-    def launch(self, args_for: Callable[[int], tuple], count: int) -> None:
-        self.barrier = self.ctx.Barrier(count)
-        for i in range(count):
-            proc = self.ctx.Process(target=serve_worker, args=args_for(i), name=f"tensorcom-serve-{i}")
-            proc.start()
-            self.procs.append(proc)
-
-    def totals(self) -> tuple[int, int]:
-        return sum(b for b, _ in self.counts.values()), sum(s for _, s in self.counts.values())
-
-    def handle(self, message: tuple) -> None:
-        kind, index, value = message
-        if kind == "error":
-            raise value.error("serving worker")
-        if kind == "item":
-            self.counts[index] = value
-            self.rates.add(self.totals())
-        else:
-            self.done.add(index)
-
-    def wait(self) -> None:
-        """Handle messages until every worker is done; raise on the first failure."""
-        next_check = 0.0
-        while len(self.done) < len(self.procs):
-            try:
-                self.handle(self.messages.get(timeout=0.2))
-            except queue.Empty:
-                pass
-            if time.monotonic() >= next_check:  # even while messages keep coming
-                self.check_alive()
-                next_check = time.monotonic() + 0.5
-            self.maybe_report()
-
-    def check_alive(self) -> None:
-        for index, proc in enumerate(self.procs):
-            if proc.exitcode is None or index in self.done:
-                continue
-            deadline = time.monotonic() + 1.0  # its last messages may still be in the pipe
-            while time.monotonic() < deadline and index not in self.done:
-                try:
-                    self.handle(self.messages.get(timeout=0.1))
-                except queue.Empty:
-                    pass
-            if index not in self.done:
-                raise died("serving worker", index, proc)
-
-    def stats(self, overall: bool = False) -> dict:
-        """Totals, and rates over the last `report` seconds (at least 1 s) counted from the first batch
-        (over the whole run when `overall`)."""
-        now = time.monotonic()
-        batches, samples = self.totals()
-        if overall:
-            span = max(now - self.start, 1e-9)
-            batch_rate, sample_rate = batches / span, samples / span
-        else:
-            batch_rate, sample_rate = self.rates.rates(now) or (0.0, 0.0)
-        return {"batches": batches, "samples": samples, "seconds": now - self.start,
-                "batches_per_s": batch_rate, "samples_per_s": sample_rate, "workers": len(self.procs)}
-
-    def maybe_report(self, force: bool = False) -> None:
-        """Report every `report` seconds from the first batch (and at the end when `force`); nothing
-        before a batch has been sent."""
-        if not self.report or self.rates.first is None:
-            return
-        if self.last_time is None:
-            self.last_time = self.rates.first
-        if not force and time.monotonic() - self.last_time < self.report:
-            return
-        stats = self.stats()
-        if self.hub is not None:
-            stats["consumers"] = self.hub.server.status
-        if self.on_report is not None:
-            self.on_report(stats)
-        else:
-            lines = [f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
-                     f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)",
-                     *consumer_lines(stats.get("consumers", []))]
-            print("\n".join(lines), file=sys.stderr, flush=True)
-        self.last_time = time.monotonic()
-
-    def close(self) -> None:
-        """Stop every worker: ask, wait up to 2 s, terminate, then kill."""
-        self.stop.set()
-        if self.barrier is not None:
-            self.barrier.abort()
-        join_or_kill(self.procs, grace=2.0)
-        self.messages.cancel_join_thread()
-        self.messages.close()
-
-
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
           connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
@@ -346,7 +236,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     binding URL, else 1. epochs: how many epochs (None: forever), numbered from `first_epoch`.
     resume: a consumer's `Connection.state_dict()` (or the path of the JSON file `save_state` wrote):
     serve only what that consumer has not had, from its epoch on (the epochs before it count towards
-    `epochs`), as the same stream with the same number of workers (see _resume_plan).
+    `epochs`), as the same stream with the same number of workers (see resume_plan).
     report: seconds between rate reports (None or 0: none); on_report(stats) replaces the stderr line.
     connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout);
     allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
@@ -383,23 +273,24 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
               linger: float | None, resume: Any) -> dict:
     """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None)."""
     assigned, binds = assign_urls(urls, workers)
-    plan = _resume_plan(resume, len(assigned), first_epoch, epochs)
+    plan = resume_plan(resume, len(assigned), first_epoch, epochs)
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
     job = ServeJob(pipeline, assigned, None if binds else plan.stream, 1 if binds else plan.workers, options,
                    None if epochs is None else first_epoch + epochs - plan.epoch, plan)
-    supervisor = _Supervisor(report, on_report, hub)
+    supervisor = Supervisor(report, on_report, hub)
     try:
-        supervisor.launch(lambda i: (job, i, supervisor.messages, supervisor.stop, supervisor.barrier,
-                                     os.getpid()), plan.workers)
+        supervisor.launch(serve_worker, lambda i: (job, i, supervisor.messages, supervisor.stop, supervisor.barrier,
+                                                   os.getpid()), plan.workers)
         supervisor.wait()
-        delivered = {} if hub is None else finish_hub(hub, job.epochs)
+        consumers = None if hub is None else finish_hub(hub, job.epochs)["consumers"]
         supervisor.maybe_report(force=True)
-        return {**supervisor.stats(overall=True), **({"consumers": delivered["consumers"]} if hub else {})}
+        stats = supervisor.stats(overall=True)
+        return stats if consumers is None else {**stats, "consumers": consumers}
     finally:
         supervisor.close()
 
 
-def _resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None) -> ResumePlan:
+def resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None) -> ResumePlan:
     """The plan of a new stream (fresh id, nothing to skip), or the one `resume` (a consumer state or
     its file) describes; ValueError when it does not fit `workers` or has no epoch left to serve."""
     plan = None if resume is None else ResumePlan.from_state(resume)

@@ -1,0 +1,205 @@
+"""`tensorcom.ray`: augmentation servers as Ray actors across a cluster, feeding trainers that need not
+be Ray programs (any framework; another language through docs/protocol.md). Guide: docs/ray.md.
+
+    tensorcom.ray.serve("mymodule:make_pipeline", "zsplit://0.0.0.0:7880", workers=8, epochs=90)
+    with tensorcom.ray.start(pipeline, "zshare://0.0.0.0:*", workers=4, name="imagenet") as serving:
+        serving.urls                          # ["zjoin://10.0.0.5:41234"]: what trainers join
+        serving.wait()                        # every epoch served and consumed: the totals
+    tensorcom.ray.endpoints("imagenet")       # those URLs, from any program connected to the cluster
+    tensorcom.ray.serve_dataset(ray.data.read_parquet(...), "zsplit://0.0.0.0:7880", workers=2)
+
+The driver (the calling process) runs a sharing server (tensorcom.transport.hub.Hub) bound to the
+trainer-facing zshare/zsplit URL, its input on tcp on the driver's node. Actor i of N (ServerActor)
+builds share i of N of the pipeline and pushes it there through a Connection tagged with its share
+(stream, i, N); the N actors form one marker group. Epoch by epoch the driver calls `run` on every
+actor, then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch
+e+1 starts everything of epoch e is in the hub.
+
+Restart without loss: Ray restarts a dead actor (`max_restarts`); its new incarnation is a new
+sender. The driver sees the failed call (or, between calls, a new sender id from `hello`), and calls
+`hub.server.handover(stream, i, N, retire=[old sender])`: from then on whatever still arrives from
+the dead incarnation is dropped, and the returned ResumePlan holds how many batches of share i the
+hub took in each unfinished epoch. The new incarnation serves those epochs again, passing over
+exactly that many (serving.fast_forward; pipelines are deterministic given seed, epoch and worker),
+and ends each once more. With connecting URLs (zpush, zrpub: actors push straight to a trainer that
+binds) nothing counts what arrived, so a dead actor ends the serve with WorkerDied.
+
+Who shuts down: close() (the end of serve(), Ctrl-C, an error, interpreter exit) stops the driver
+thread, kills every actor and the hub, and shuts Ray down when start() started it; a driver that dies
+takes its actors along (Ray kills the actors of a dead owner).
+
+Modules: _actors (what runs in the actors: the feeds, ServerActor, Directory), _driver (Serving: the
+epochs, restarts and reports); this module holds the entry points and checks the options.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+from tensorcom.adapters.ray._actors import (
+    NAMESPACE,
+    ActorJob,
+    DatasetFeed,
+    Directory,
+    PipelineFeed,
+    ServerActor,
+    Stored,
+    node_address,
+    require_ray,
+)
+from tensorcom.adapters.ray._driver import POLL, RESTART_WAIT, Member, Plan, Serving, join_url
+from tensorcom.pipeline.serving import (
+    DEFAULT_LINGER,
+    assign_urls,
+    check_spec,
+    resume_plan,  # serve()'s one rule for `resume`
+)
+from tensorcom.pipeline.shared_serving import is_sharing
+
+__all__ = [
+    "NAMESPACE", "POLL", "RESTART_WAIT", "ActorJob", "DatasetFeed", "Directory", "Member", "PipelineFeed", "Plan",
+    "ServerActor", "Serving", "Stored", "actor_options", "check_urls", "endpoints", "join_url", "node_address",
+    "require_ray", "serve", "serve_dataset", "start", "start_feeds",
+]
+
+
+def start(pipeline: Any, url: Any, *, workers: int = 2, **options: Any) -> Serving:
+    """Start serving `pipeline` (a Pipeline, "module:function", "file.py:function" or a picklable
+    factory) from `workers` Ray actors to `url`; returns the running Serving. `options`: those of
+    start_feeds."""
+    require_ray()
+    check_spec(pipeline)
+    return start_feeds([PipelineFeed(pipeline)] * _positive("workers", workers), url, **options)
+
+
+def serve(pipeline: Any, url: Any, **options: Any) -> dict:
+    """start(pipeline, url, **options), print where consumers connect and where the actors run (unless
+    report is None), wait until everything is served (and, sharing, consumed), stop. Returns the
+    totals; raises WorkerError (an actor's pipeline raised), WorkerDied (an actor could not be
+    brought back), Undelivered (sharing: consumers did not get everything)."""
+    with start(pipeline, url, **options) as serving:
+        if options.get("report", 10.0):
+            places = ", ".join(f"pid {m.pid} on {m.node}" for m in serving.members)
+            print(f"consumers join {' '.join(serving.urls)}; {len(serving.members)} Ray actor(s): {places}",
+                  file=sys.stderr, flush=True)
+        return serving.wait()
+
+
+def serve_dataset(dataset: Any, url: Any, *, workers: int = 1, batch_size: int = 256,
+                  iter_options: dict | None = None, **options: Any) -> dict:
+    """Serve a ray.data.Dataset's batches (iter_batches(batch_size, batch_format="numpy"): dicts of
+    arrays) from `workers` actors, each iterating one part of `dataset.streaming_split(workers)`, to
+    `url`, then stop; returns the totals. `options` as start_feeds, except that a dead actor ends the
+    serve (WorkerDied). iter_options: more iter_batches keywords (prefetch_batches, drop_last, ...)."""
+    require_ray()
+    count = _positive("workers", workers)
+    iterators = dataset.streaming_split(count) if count > 1 else [dataset.iterator()]
+    feeds = [DatasetFeed(iterator, batch_size, dict(iter_options or {})) for iterator in iterators]
+    with start_feeds(feeds, url, **{**options, "max_restarts": 0}) as serving:
+        return serving.wait()
+
+
+def endpoints(name: str, address: str | None = None) -> list[str]:
+    """The consumer URLs of the serve started with `name=name`, from any program connected to the
+    cluster (not connected yet: joins `address`, default "auto", the cluster `ray start` runs here)."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        ray.init(address=address or "auto")
+    return ray.get(ray.get_actor(f"serve:{name}", namespace=NAMESPACE).urls.remote())
+
+
+def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: int = 0, resume: Any = None,
+                resources: dict | None = None, placement_group: Any = None, max_restarts: int = 3,
+                address: str | None = None, host: str | None = None, name: str | None = None,
+                report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
+                min_consumers: int = 1, sharing: dict | None = None, curve: Any = None,
+                connection_options: dict | None = None, linger: float = DEFAULT_LINGER) -> Serving:
+    """Start one actor per feed (actor i serves feeds[i].open(i, N)) sending to `url`.
+
+    url: zshare:// or zsplit:// (the driver binds it; "HOST:*" takes a free port; actors restart without
+    loss), or connecting zpush:// / zrpub:// URLs (every actor connects; the trainer binds; no restarts).
+    epochs (None: forever) numbered from first_epoch; resume: a consumer's state or its file, as
+    tensorcom.serve. resources: per actor, {"num_cpus": 1 (default), "num_gpus", "memory", any custom
+    resource: amount}; placement_group: actor i in bundle i (modulo the bundles), else Ray spreads the
+    actors over the nodes. max_restarts: per actor. address: the cluster to join when this program is
+    not connected yet (None: the one `ray start` runs here, else a new local instance, shut down by
+    close()). host: where the hub's input binds (default: the driver's node address). name: register
+    the consumer URLs for endpoints(name). report, on_report, min_consumers, sharing, curve,
+    connection_options, linger: as tensorcom.serve."""
+    ray = require_ray()
+    sharing_urls = check_urls(url, len(feeds))
+    if epochs is not None:
+        _positive("epochs", epochs)
+    resumed = resume_plan(resume, len(feeds), first_epoch, epochs)
+    own_ray = not ray.is_initialized()
+    if own_ray:
+        ray.init(address=address, **({"include_dashboard": False} if address is None else {}))
+    serving = hub = None
+    try:
+        if sharing_urls:
+            from tensorcom.transport.hub import Hub
+
+            hub = Hub(url, curve=curve, input_host=host or node_address(ray),
+                      min_consumers=min_consumers, **(sharing or {}))
+        elif min_consumers != 1 or sharing:
+            raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
+        options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
+                   **(connection_options or {}), "linger": linger}
+        job = ActorJob([hub.worker_url] if hub else list(url) if isinstance(url, list) else [url], resumed.stream,
+                       len(feeds), options, os.getcwd())
+        restarts = max_restarts if hub is not None else 0
+        plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
+                    [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],
+                    report, on_report, own_ray)
+        serving = Serving(ray, feeds, plan)
+        return serving.launch(name)
+    except BaseException:
+        if serving is not None:
+            serving.close()
+        else:
+            if hub is not None:
+                hub.abort()
+            if own_ray:
+                ray.shutdown()
+        raise
+
+
+def actor_options(index: int, resources: dict | None, placement_group: Any, max_restarts: int) -> dict:
+    """Ray's .options() for actor `index`: its resources, placement, restarts (and no retried calls:
+    the driver decides what a restarted actor serves)."""
+    wanted = {"num_cpus": 1, **(resources or {})}
+    options: dict = {key: wanted.pop(key) for key in ("num_cpus", "num_gpus", "memory") if key in wanted}
+    if wanted:
+        options["resources"] = wanted
+    options["scheduling_strategy"] = "SPREAD"
+    if placement_group is not None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = index % len(placement_group.bundle_specs)
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group,
+                                                                          placement_group_bundle_index=bundle)
+    return {**options, "max_restarts": max_restarts, "max_task_retries": 0}
+
+
+def check_urls(url: Any, workers: int) -> bool:
+    """True for sharing URLs (the driver binds them), False for URLs every actor connects to;
+    ValueError (naming the URL) for others: one that binds, or that serve's rules refuse (assign_urls)."""
+    from tensorcom.urls import parse_all
+
+    if is_sharing(url):
+        return True
+    for endpoint in parse_all(url):
+        if endpoint.bind:
+            raise ValueError(f"{endpoint.url}: Ray actors push to a sharing server the driver binds (zshare://, "
+                             "zsplit://) or connect to a trainer that binds (zpush://, zrpub://); not to a URL each "
+                             "would bind")
+    assign_urls(url, workers)
+    return False
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value

@@ -1,0 +1,154 @@
+"""What runs in the Ray actors of tensorcom.ray: the feeds an actor serves (a pipeline spec, or one
+part of a Ray Data dataset), ServerActor which sends them, and the named Directory of a serve's URLs.
+
+The driver (tensorcom.adapters.ray._driver) creates one ServerActor per feed and calls its methods;
+the actor never decides what to serve. Ray restarts a dead actor with the same constructor arguments
+(a Stored reference to its feed, held by the driver), and the new incarnation is a new sender.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from tensorcom import extras
+from tensorcom.pipeline.serving import resolve, send_epochs
+
+NAMESPACE = "tensorcom"  # the Ray namespace where named serves are registered (Directory actors)
+
+
+def require_ray() -> Any:
+    """The ray module; MissingDependency naming the extra ("tensorcom[ray]") when it is not installed."""
+    return extras.require("ray")
+
+
+def node_address(ray: Any) -> str:
+    """This process's node address as the cluster knows it (ray.nodes()), else the address Ray guesses."""
+    here = ray.get_runtime_context().get_node_id()
+    known = [node["NodeManagerAddress"] for node in ray.nodes() if node.get("NodeID") == here]
+    return known[0] if known else ray.util.get_node_ip_address()
+
+
+class PipelineFeed:
+    """A pipeline spec (Pipeline, "module:function", "file.py:function", factory): `open(i, n)` builds
+    share i of n in the actor. Deterministic given (seed, epoch, worker): restarts are exact."""
+
+    resumable = True
+
+    def __init__(self, spec: Any):
+        module, colon, name = spec.rpartition(":") if isinstance(spec, str) else ("", "", "")
+        self.spec = f"{os.path.abspath(module)}:{name}" if colon and module.endswith(".py") else spec
+
+    def open(self, index: int, workers: int) -> Any:
+        return resolve(self.spec).shard(index, workers)
+
+
+class DatasetFeed:
+    """One Ray Data iterator (a part of `streaming_split`) as a share: each epoch is one pass of its
+    iter_batches, dicts of numpy arrays (columns of strings or objects as lists). Ray Data's order is
+    not reproducible, so it is not resumable."""
+
+    resumable = False
+
+    def __init__(self, iterator: Any, batch_size: int, options: dict):
+        self.iterator, self.batch_size, self.options = iterator, batch_size, options
+
+    def open(self, index: int, workers: int) -> DatasetFeed:
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __iter__(self) -> Any:
+        for batch in self.iterator.iter_batches(batch_size=self.batch_size, batch_format="numpy", **self.options):
+            yield {name: column.tolist() if column.dtype.kind in "OUSV" else column for name, column in batch.items()}
+
+
+@dataclass(frozen=True)
+class ActorJob:
+    """What every actor is given: `urls` to connect to, the `stream` id and `workers` N (its share tag
+    and marker group), Connection `options` (with "linger"), and the driver's working directory
+    (searched first for "module:function", as on the driver)."""
+
+    urls: list[str]
+    stream: str
+    workers: int
+    options: dict
+    cwd: str
+
+
+class _Never:
+    """send_epochs's stop event and barrier in an actor: the driver orders the epochs and stops
+    actors by killing them."""
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A reference to an object the driver keeps in Ray's object store (a nested ObjectRef, which Ray
+    passes as it is instead of resolving)."""
+
+    ref: Any
+
+    def get(self) -> Any:
+        return require_ray().get(self.ref)
+
+
+class ServerActor:
+    """One Ray actor: share `index` of job.workers. Its methods run one at a time, in the order the
+    driver calls them. hello() -> (sender id, pid, node, last epoch served) builds the share and its
+    Connection on the first call (in a restarted actor: again, a new sender); run(first, last, skips)
+    sends epochs first..last, passing over skips[e] batches of epoch e, each epoch followed by its
+    marker, and returns the (batches, samples) sent; close() lets queued messages leave."""
+
+    def __init__(self, feed: Stored, index: int, job: ActorJob):
+        self.feed, self.index, self.job = feed, index, job
+        self.share: Any = None
+        self.conn: Any = None
+        self.served: int | None = None
+
+    def hello(self) -> tuple[str, int, str, int | None]:
+        if self.conn is None:
+            from tensorcom.transport.connection import Connection
+
+            if os.path.isdir(self.job.cwd) and self.job.cwd not in sys.path:
+                sys.path.insert(0, self.job.cwd)
+            self.share = self.feed.get().open(self.index, self.job.workers)
+            options = {key: value for key, value in self.job.options.items() if key != "linger"}
+            self.conn = Connection(self.job.urls, group=self.job.stream, group_size=self.job.workers,
+                                   share=(self.job.stream, self.index, self.job.workers), **options)
+        return self.conn.sender, os.getpid(), node_address(require_ray()), self.served
+
+    def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int]:
+        self.hello()
+        counts = (0, 0)
+        for counts in send_epochs(self.share, self.conn, last - first + 1, first, _Never(), _Never(), skips):
+            pass
+        self.served = last if self.served is None else max(last, self.served)
+        return counts
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.share.close()
+            self.conn.close(linger=self.job.options["linger"])
+            self.conn = None
+
+
+class Directory:
+    """A named actor (no CPU) holding a named serve's consumer URLs, for endpoints()."""
+
+    def __init__(self, urls: list[str]):
+        self._urls = urls
+
+    def urls(self) -> list[str]:
+        return self._urls

@@ -1,0 +1,327 @@
+"""The driver of tensorcom.ray: Serving, the thread in the calling process that orders the epochs,
+watches its actors, and hands a dead actor's share over to its restarted incarnation.
+
+Epoch by epoch the driver calls `run` on every actor (tensorcom.adapters.ray._actors.ServerActor),
+then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch e+1
+starts everything of epoch e is in the hub. An actor that died (a failed call, or between calls a new
+sender id from `hello`) is waited for while Ray restarts it; then `hub.server.handover(stream, i, N,
+retire=[old sender])` drops whatever still arrives from the dead incarnation and says how many
+batches of share i the hub took in each unfinished epoch, and the new incarnation serves those
+epochs again, passing over exactly that many. Without a hub (connecting URLs) or with a feed that is
+not resumable (Ray Data), a dead actor ends the serve with WorkerDied.
+
+Who shuts down: Serving.close() stops the driver thread, kills every actor and the Directory, aborts
+the hub unless it finished, and shuts Ray down when start() started it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tensorcom.adapters.ray._actors import NAMESPACE, ActorJob, Directory, ServerActor, Stored, node_address
+from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.pipeline.shared_serving import consumer_lines, finish_hub
+from tensorcom.progress import RateWindow
+
+RESTART_WAIT = 120.0  # seconds to wait for Ray to bring a dead actor back
+POLL = 0.25  # seconds between the driver's looks at its actors and the hub
+
+
+@dataclass
+class Member:
+    """The driver's record of actor `index`: its handle, the incarnation it last heard from, and its
+    pending calls."""
+
+    index: int
+    actor: Any
+    sender: str = ""
+    pid: int = 0
+    node: str = ""
+    run: Any = None  # the pending run()
+    probe: Any = None  # a pending hello() while the driver waits for the hub
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the driver runs: the `hub` (None: actors push to job.urls), the actors' `job`, the
+    `resume` plan (stream, first epoch, batches the consumer had), `epochs` to serve (None: forever),
+    per-actor Ray `actor_options`, `report` seconds / `on_report`, and whether start() started Ray."""
+
+    hub: Any
+    job: ActorJob
+    resume: Any
+    epochs: int | None
+    actor_options: list[dict]
+    report: float | None
+    on_report: Callable[[dict], None] | None
+    own_ray: bool
+
+
+class Serving:
+    """A running serve, made by start(): `urls` (what consumers connect to), `members` (the actors),
+    `wait()` -> totals, `close()`; a context manager. The epochs run in a driver thread whose errors
+    (WorkerError, WorkerDied, Undelivered) come out of wait()."""
+
+    def __init__(self, ray: Any, feeds: list, plan: Plan):
+        self.ray, self.feeds, self.plan, self.hub = ray, feeds, plan, plan.hub
+        self.stop, self.done = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        self.result: dict | None = None
+        self.restarts, self.sent = 0, (0, 0)
+        self.members: list[Member] = []
+        self.feed_refs: list = []
+        self.directory: Any = None
+        self.host = ""  # the driver's node address
+        self.thread = threading.Thread(target=self._main, name="tensorcom-ray-driver", daemon=True)
+        self.started = time.monotonic()
+        self.last_report: float | None = None  # when the last rate line was printed (from the first batch)
+        self.rates = RateWindow(max(plan.report or 0.0, 1.0))
+
+    def launch(self, name: str | None) -> Serving:
+        """Create the actors, wait until each has built its share, start the driver thread; with
+        `name`, register the URLs for endpoints(name)."""
+        atexit.register(self.close)
+        self.host = node_address(self.ray)
+        remote = self.ray.remote(ServerActor)
+        # the driver holds each feed in the object store for the serve's life and the actors get a
+        # reference to it, so that a restarted actor finds it there (Ray may drop its own copy of a
+        # large constructor argument, ray-project/ray#53727)
+        self.feed_refs = [self.ray.put(feed) for feed in self.feeds]
+        for i, ref in enumerate(self.feed_refs):
+            options = self.plan.actor_options[i]
+            self.members.append(Member(i, remote.options(**options).remote(Stored(ref), i, self.plan.job)))
+        for m in self.members:
+            m.sender, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
+        if name is not None:
+            self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
+                                                                num_cpus=0).remote(self.urls)
+        self.started = time.monotonic()
+        self.thread.start()
+        return self
+
+    @property
+    def urls(self) -> list[str]:
+        """zjoin:// URLs of the hub (a wildcard host replaced by the driver's node address), or the
+        URLs the actors push to."""
+        if self.hub is None:
+            return list(self.plan.job.urls)
+        return [join_url(address, self.host) for address in self.hub.addresses]
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Wait until every epoch is served (and, sharing, consumed): the totals {"batches", "samples",
+        "seconds", "restarts", ...}; re-raises the driver's error; TimeoutError after `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done.wait(0.2):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the Ray serve did not finish within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return dict(self.result or {})
+
+    def close(self) -> None:
+        """Stop the driver thread, kill every actor, stop the hub, shut Ray down if start() started
+        it. Safe twice."""
+        atexit.unregister(self.close)
+        self.stop.set()
+        if self.hub is not None and self.thread.is_alive():
+            self.hub.server.stop.set()  # a driver thread waiting for the consumers returns at once
+        if self.thread.is_alive():
+            self.thread.join()
+        if self.ray.is_initialized():
+            for actor in [m.actor for m in self.members] + [self.directory] * (self.directory is not None):
+                self.ray.kill(actor, no_restart=True)
+            if self.plan.own_ray:
+                self.ray.shutdown()
+        self.members, self.directory, self.feed_refs = [], None, []
+        if self.hub is not None and self.result is None:
+            self.hub.abort()
+            self.hub = None
+
+    def __enter__(self) -> Serving:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- the driver thread ------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            first, epochs = self.plan.resume.epoch, self.plan.epochs
+            epoch = first
+            while epochs is None or epoch < first + epochs:
+                self._serve_epoch(epoch)
+                epoch += 1
+            self._finish()
+        except _Stopped:
+            pass
+        except BaseException as exc:  # handed to wait()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def _serve_epoch(self, epoch: int) -> None:
+        """Every actor serves `epoch` (the resume plan's skips first); the dead are restarted; returns
+        once the hub's input has ended the epoch."""
+        for m in self.members:
+            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
+        while any(m.run is not None for m in self.members) or not self._hub_ended(epoch):
+            if self.stop.is_set():
+                raise _Stopped()
+            running = [m.run for m in self.members if m.run is not None]
+            if running:
+                ready, _ = self.ray.wait(running, num_returns=len(running), timeout=POLL)
+                for m in [m for m in self.members if m.run in ready]:
+                    self._collect(m, epoch)
+            else:
+                self._probe(epoch)
+            self._maybe_report()
+
+    def _collect(self, m: Member, epoch: int) -> None:
+        """Member m's finished run: counted, or, when its actor died, a restart."""
+        ref, m.run = m.run, None
+        try:
+            batches, samples = self._get(m, ref)
+        except WorkerDied:
+            self._restart(m, epoch)
+            return
+        self.sent = (self.sent[0] + batches, self.sent[1] + samples)
+
+    def _probe(self, epoch: int) -> None:
+        """While the hub waits for the end of `epoch`: ask each actor who it is; a new incarnation
+        has lost what its predecessor had queued, so it takes the share over (restart)."""
+        for m in self.members:
+            m.probe = m.probe or m.actor.hello.remote()
+        ready, _ = self.ray.wait([m.probe for m in self.members], num_returns=len(self.members), timeout=POLL)
+        for m in [m for m in self.members if m.probe in ready]:
+            ref, m.probe = m.probe, None
+            try:
+                if self._get(m, ref)[0] != m.sender:
+                    self._restart(m, epoch)
+            except WorkerDied:
+                self._restart(m, epoch)
+
+    def _restart(self, m: Member, epoch: int) -> None:
+        """Member m's actor died during or after `epoch`: once Ray has it back, hand its share over
+        and have it serve what the hub has not taken (module docstring)."""
+        if self.hub is None or not all(feed.resumable for feed in self.feeds):
+            raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) died; serving its share again "
+                             "without loss or repeats needs a zshare:// or zsplit:// URL and a pipeline")
+        sender, pid, node, served = self._hello_again(m)
+        if sender == m.sender:  # the same incarnation: a call was lost, not the actor
+            if served is None or served < epoch:
+                m.run = m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
+            return
+        job = self.plan.job
+        plan = self.hub.server.handover(job.stream, m.index, job.workers, first_epoch=self.plan.resume.epoch,
+                                        retire=[m.sender])
+        skips = {e: self._resumed(e, m.index) + plan.skip(e, m.index) for e in range(plan.epoch, epoch + 1)}
+        print(f"tensorcom.ray: serving actor {m.index} (pid {m.pid} on {m.node}) died; restarted as pid {pid} on "
+              f"{node}, it serves epochs {plan.epoch}..{epoch} of share {m.index} again, passing over {skips} batches",
+              file=sys.stderr, flush=True)
+        m.sender, m.pid, m.node = sender, pid, node
+        self.restarts += 1
+        m.run = m.actor.run.remote(plan.epoch, epoch, skips)
+
+    def _hello_again(self, m: Member) -> tuple:
+        """hello() of member m's actor, waiting (up to RESTART_WAIT s) while Ray restarts it."""
+        deadline = time.monotonic() + RESTART_WAIT
+        ref = m.actor.hello.remote()
+        while True:
+            if self.stop.is_set():
+                raise _Stopped()
+            if self.ray.wait([ref], timeout=POLL)[0]:
+                try:
+                    return self._get(m, ref)
+                except WorkerDied as exc:
+                    if isinstance(exc.__cause__, self.ray.exceptions.ActorDiedError):
+                        raise
+                    time.sleep(POLL)
+                    ref = m.actor.hello.remote()  # the call met the actor on its way down: ask again
+            if time.monotonic() > deadline:
+                raise WorkerDied(f"serving actor {m.index} did not come back within {RESTART_WAIT} s")
+
+    def _get(self, m: Member, ref: Any) -> Any:
+        """ray.get(ref) of a call on member m: WorkerError when it raised, WorkerDied when its actor
+        is gone or unreachable (the cause says whether for good: ActorDiedError)."""
+        errors = self.ray.exceptions
+        try:
+            return self.ray.get(ref)
+        except errors.RayTaskError as exc:
+            raise WorkerError(f"serving actor {m.index} (pid {m.pid} on {m.node}) raised: {exc}") from exc
+        except errors.RayActorError as exc:
+            raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) is gone: {exc}") from exc
+
+    def _resumed(self, epoch: int, worker: int) -> int:
+        """Batches of (epoch, worker) the consumer had before this serve started (resume)."""
+        return self.plan.resume.skip(epoch, worker)
+
+    def _hub_ended(self, epoch: int) -> bool:
+        """True once the hub's input has ended `epoch` (at once without a hub)."""
+        if self.hub is None:
+            return True
+        current = self.hub.server.input_epoch
+        return current is not None and current > epoch
+
+    def _finish(self) -> None:
+        """After the last epoch: the hub ends the stream and waits for its consumers (Undelivered when
+        it cannot deliver everything); without a hub, the actors let their queued messages leave."""
+        consumers = None
+        if self.hub is not None:
+            consumers = finish_hub(self.hub, self.plan.epochs)["consumers"]
+        else:
+            for m, ref in [(m, m.actor.close.remote()) for m in self.members]:
+                self._get(m, ref)
+        self._maybe_report(force=True)
+        self.result = {**self.stats(overall=True), **({"consumers": consumers} if consumers is not None else {})}
+
+    def totals(self) -> tuple[int, int]:
+        """(batches, samples): taken by the hub, else sent by finished runs."""
+        if self.hub is None:
+            return self.sent
+        return self.hub.server.input_batches, self.hub.server.input_samples
+
+    def stats(self, overall: bool = False) -> dict:
+        """Totals and rates over the last `report` seconds (over the whole run when `overall`)."""
+        now = time.monotonic()
+        batches, samples = self.totals()
+        span = max(now - self.started, 1e-9)
+        rates = (batches / span, samples / span) if overall else (self.rates.rates(now) or (0.0, 0.0))
+        return {"batches": batches, "samples": samples, "seconds": now - self.started, "batches_per_s": rates[0],
+                "samples_per_s": rates[1], "workers": len(self.members), "restarts": self.restarts}
+
+    def _maybe_report(self, force: bool = False) -> None:
+        """A rate line (or on_report) every `report` seconds from the first batch, and when `force`."""
+        self.rates.add(self.totals())
+        if not self.plan.report or self.rates.first is None:
+            return
+        self.last_report = self.last_report or self.rates.first
+        if not force and time.monotonic() - self.last_report < self.plan.report:
+            return
+        self.last_report = time.monotonic()
+        stats = {**self.stats(), **({"consumers": self.hub.server.status} if self.hub is not None else {})}
+        if self.plan.on_report is not None:
+            self.plan.on_report(stats)
+            return
+        rates = (f"serve (ray): {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
+                 f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} actors, "
+                 f"{stats['restarts']} restarts)")
+        print("\n".join([rates, *consumer_lines(stats.get("consumers", []))]), file=sys.stderr, flush=True)
+
+
+class _Stopped(Exception):
+    """close() asked the driver thread to stop."""
+
+
+def join_url(address: str, host: str) -> str:
+    """The zjoin URL of a bound zmq `address` ("tcp://0.0.0.0:7880"); a wildcard host becomes `host`."""
+    transport, _, rest = address.partition("://")
+    if transport != "tcp":
+        return f"zjoin+{address}"
+    bound, _, port = rest.rpartition(":")
+    return f"zjoin://{host if bound in ('0.0.0.0', '*', '[::]', '::') else bound}:{port}"

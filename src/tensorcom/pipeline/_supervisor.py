@@ -1,0 +1,138 @@
+"""The parent's side of `tensorcom.serve` (tensorcom.pipeline.serving): start the serving worker
+processes, read their messages, report rates, stop them.
+
+    supervisor = Supervisor(report=10.0, on_report=None, hub=None)
+    supervisor.launch(serve_worker, lambda i: (..., supervisor.messages, supervisor.stop,
+                                               supervisor.barrier, ...), workers)
+    supervisor.wait()                    # until every worker is done; WorkerError / WorkerDied
+    supervisor.maybe_report(force=True)
+    stats = supervisor.stats(overall=True)
+    supervisor.close()                   # always: stops what is left
+
+Messages from the workers (one multiprocessing queue): ("item", i, (batches, samples)), ("end", i,
+reports) and ("error", i, Failure). Reports: a rate line on stderr every `report` seconds from the
+first batch (rates over a sliding window, tensorcom.progress.RateWindow), with one line per consumer
+of a sharing server, or `on_report(stats)` instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import sys
+import time
+from typing import Any, Callable
+
+from tensorcom.pipeline._failure import died
+from tensorcom.pipeline._loop import join_or_kill
+from tensorcom.pipeline.shared_serving import consumer_lines
+from tensorcom.progress import RateWindow
+
+
+class Supervisor:
+    """The parent's side (module docstring): starts the workers, reads their messages, reports, and
+    stops them. `hub`: a sharing server (tensorcom.transport.hub.Hub) whose consumers join the reports."""
+
+    def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
+        self.hub = hub  # a sharing server: its consumers' reports join the rate lines
+        self.ctx = multiprocessing.get_context("spawn")
+        self.messages = self.ctx.Queue()
+        self.stop = self.ctx.Event()
+        self.barrier: Any = None
+        self.procs: list = []
+        self.counts: dict[int, tuple[int, int]] = {}
+        self.done: set[int] = set()
+        self.report, self.on_report = report, on_report
+        self.start = time.monotonic()
+        self.last_time: float | None = None  # of the last report; None until the first batch
+        self.rates = RateWindow(max(report or 0.0, 1.0))
+
+    def launch(self, target: Callable[..., None], args_for: Callable[[int], tuple], count: int) -> None:
+        """Start `count` processes running target(*args_for(i)), with a barrier for all of them."""
+        self.barrier = self.ctx.Barrier(count)
+        for i in range(count):
+            proc = self.ctx.Process(target=target, args=args_for(i), name=f"tensorcom-serve-{i}")
+            proc.start()
+            self.procs.append(proc)
+
+    def totals(self) -> tuple[int, int]:
+        return sum(b for b, _ in self.counts.values()), sum(s for _, s in self.counts.values())
+
+    def handle(self, message: tuple) -> None:
+        kind, index, value = message
+        if kind == "error":
+            raise value.error("serving worker")
+        if kind == "item":
+            self.counts[index] = value
+            self.rates.add(self.totals())
+        else:
+            self.done.add(index)
+
+    def wait(self) -> None:
+        """Handle messages until every worker is done; raise on the first failure."""
+        next_check = 0.0
+        while len(self.done) < len(self.procs):
+            try:
+                self.handle(self.messages.get(timeout=0.2))
+            except queue.Empty:
+                pass
+            if time.monotonic() >= next_check:  # even while messages keep coming
+                self.check_alive()
+                next_check = time.monotonic() + 0.5
+            self.maybe_report()
+
+    def check_alive(self) -> None:
+        for index, proc in enumerate(self.procs):
+            if proc.exitcode is None or index in self.done:
+                continue
+            deadline = time.monotonic() + 1.0  # its last messages may still be in the pipe
+            while time.monotonic() < deadline and index not in self.done:
+                try:
+                    self.handle(self.messages.get(timeout=0.1))
+                except queue.Empty:
+                    pass
+            if index not in self.done:
+                raise died("serving worker", index, proc)
+
+    def stats(self, overall: bool = False) -> dict:
+        """Totals, and rates over the last `report` seconds (at least 1 s) counted from the first batch
+        (over the whole run when `overall`)."""
+        now = time.monotonic()
+        batches, samples = self.totals()
+        if overall:
+            span = max(now - self.start, 1e-9)
+            batch_rate, sample_rate = batches / span, samples / span
+        else:
+            batch_rate, sample_rate = self.rates.rates(now) or (0.0, 0.0)
+        return {"batches": batches, "samples": samples, "seconds": now - self.start,
+                "batches_per_s": batch_rate, "samples_per_s": sample_rate, "workers": len(self.procs)}
+
+    def maybe_report(self, force: bool = False) -> None:
+        """Report every `report` seconds from the first batch (and at the end when `force`); nothing
+        before a batch has been sent."""
+        if not self.report or self.rates.first is None:
+            return
+        if self.last_time is None:
+            self.last_time = self.rates.first
+        if not force and time.monotonic() - self.last_time < self.report:
+            return
+        stats = self.stats()
+        if self.hub is not None:
+            stats["consumers"] = self.hub.server.status
+        if self.on_report is not None:
+            self.on_report(stats)
+        else:
+            lines = [f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
+                     f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)",
+                     *consumer_lines(stats.get("consumers", []))]
+            print("\n".join(lines), file=sys.stderr, flush=True)
+        self.last_time = time.monotonic()
+
+    def close(self) -> None:
+        """Stop every worker: ask, wait up to 2 s, terminate, then kill."""
+        self.stop.set()
+        if self.barrier is not None:
+            self.barrier.abort()
+        join_or_kill(self.procs, grace=2.0)
+        self.messages.cancel_join_thread()
+        self.messages.close()
