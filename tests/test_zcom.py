@@ -11,7 +11,8 @@ import pytest
 
 def test_import_path_is_light():
     code = ("import sys; from tensorcom.zcom import Connection, schemes, converter_table; "
-            "import tensorcom.adapters.torch, tensorcom.transport.converters; print('torch' in sys.modules, sorted(schemes)[:2])")
+            "import tensorcom.adapters.torch, tensorcom.transport.converters; "
+            "print('torch' in sys.modules, sorted(schemes)[:2])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "False"

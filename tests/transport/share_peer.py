@@ -1,6 +1,7 @@
 """A server or a consumer of the sharing schemes, as a separate process for tests.
 
     python share_peer.py serve URL --batches N --epochs E --batch B [--min-consumers K] [--every S]
+                                   [--pad BYTES]
     python share_peer.py consume URL --out FILE --passes P [--every S] [--pause-at N --pause S]
                                      [--batch-size B] [--liveness S]
 
@@ -15,29 +16,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
+from peer_script import fail, run, say
 
 from tensorcom import Connection
 
 
 def serve(args: argparse.Namespace) -> None:
     conn = Connection(args.url, min_consumers=args.min_consumers, liveness=args.liveness)
-    print(json.dumps({"ready": conn.addresses}), flush=True)
+    say(ready=conn.addresses)
     for epoch in range(args.epochs):
         for i in range(args.batches):
             start = epoch * 10000 + i * args.batch
-            conn.send({"id": np.arange(start, start + args.batch, dtype=np.int64)}, allow64=True)
+            batch = {"id": np.arange(start, start + args.batch, dtype=np.int64)}
+            if args.pad:  # bytes of filler: a batch large enough for the shared-memory handoff
+                batch["pad"] = np.zeros(args.pad, np.uint8)
+            conn.send(batch, allow64=True)
             time.sleep(args.every)
         conn.end_epoch()
     try:
         conn.close()
-        print(json.dumps({"closed": True}), flush=True)
+        say(closed=True)
     except Exception as exc:
-        print(json.dumps({"error": type(exc).__name__, "text": str(exc)}), flush=True)
-        sys.exit(3)
+        fail(exc)
 
 
 def consume(args: argparse.Namespace) -> None:
@@ -62,28 +65,9 @@ def consume(args: argparse.Namespace) -> None:
             write({"joined_at": {k: list(v) for k, v in conn.joined_at.items() if v}})
         except Exception as exc:
             write({"error": type(exc).__name__, "text": str(exc), "at": time.monotonic()})
-            sys.exit(3)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["serve", "consume"])
-    parser.add_argument("url")
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--min-consumers", type=int, default=1)
-    parser.add_argument("--every", type=float, default=0.0)
-    parser.add_argument("--out")
-    parser.add_argument("--passes", type=int, default=1)
-    parser.add_argument("--pause-at", type=int, default=-1)
-    parser.add_argument("--pause", type=float, default=0.0)
-    parser.add_argument("--batch-size", type=int, default=0)
-    parser.add_argument("--credit", type=int, default=4)
-    parser.add_argument("--liveness", type=float, default=10.0)
-    args = parser.parse_args()
-    (serve if args.role == "serve" else consume)(args)
+            raise SystemExit(3) from None
 
 
 if __name__ == "__main__":
-    main()
+    run({"serve": serve, "consume": consume}, batches=10, epochs=1, batch=4, min_consumers=1, every=0.0, out=None,
+        passes=1, pause_at=-1, pause=0.0, batch_size=0, credit=4, liveness=10.0, pad=0)

@@ -16,17 +16,12 @@ until it is killed.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 
 import numpy as np
+from peer_script import fail, run, say
 
 from tensorcom import Connection
-
-
-def say(**fields) -> None:
-    print(json.dumps(fields), flush=True)
 
 
 def batches(args: argparse.Namespace, epoch: int):
@@ -48,8 +43,7 @@ def serve(args: argparse.Namespace) -> None:
         conn.close()
         say(closed=True)
     except Exception as exc:
-        say(error=type(exc).__name__, text=str(exc), undelivered=getattr(exc, "undelivered", None))
-        sys.exit(3)
+        fail(exc, undelivered=getattr(exc, "undelivered", None))
 
 
 def receive(args: argparse.Namespace) -> None:
@@ -61,23 +55,6 @@ def receive(args: argparse.Namespace) -> None:
     time.sleep(3600)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["serve", "receive"])
-    parser.add_argument("url")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--first-epoch", type=int, default=0)
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--size", type=int, default=1000)
-    parser.add_argument("--every", type=float, default=0.0)
-    parser.add_argument("--idle", type=float, default=0.0)
-    parser.add_argument("--sndhwm", type=int, default=10)
-    parser.add_argument("--rcvhwm", type=int, default=10)
-    parser.add_argument("--liveness", type=float, default=10.0)
-    parser.add_argument("--count", type=int, default=1)
-    args = parser.parse_args()
-    (serve if args.role == "serve" else receive)(args)
-
-
 if __name__ == "__main__":
-    main()
+    run({"serve": serve, "receive": receive}, epochs=1, first_epoch=0, batches=10, size=1000, every=0.0, idle=0.0,
+        sndhwm=10, rcvhwm=10, liveness=10.0, count=1)

@@ -199,6 +199,21 @@ def test_max_message_size(free_port):
             receiver.recv()
 
 
+def test_max_plain_values_is_read_once_when_the_connection_is_made(monkeypatch):
+    """The receiver's limit is $TENSORCOM_MAX_PLAIN_VALUES as it was at construction (not read again
+    for every message); a message over it names the URL, and the connection survives."""
+    monkeypatch.setenv("TENSORCOM_MAX_PLAIN_VALUES", "50")
+    receiver = Connection("zpull+inproc://plain-limit", timeout=5)
+    monkeypatch.delenv("TENSORCOM_MAX_PLAIN_VALUES")
+    sender = Connection("zpush+inproc://plain-limit")
+    with sender, receiver:
+        sender.send({"labels": list(range(100))})
+        sender.send({"labels": [1, 2]})
+        with pytest.raises(DecodeError, match=r"zpull\+inproc://plain-limit: message 1: .*more than 50"):
+            receiver.recv()
+        assert receiver.recv() == {"labels": [1, 2]}
+
+
 def test_garbage_names_the_url_and_the_connection_survives(free_port):
     where = f"127.0.0.1:{free_port()}"
     context = zmq.Context()

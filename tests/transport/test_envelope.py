@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from tensorcom.errors import DecodeError
+from tensorcom.errors import DecodeError, MessageTooLarge
 from tensorcom.transport import envelope
 
 
@@ -36,3 +36,9 @@ def test_encode_refuses_what_decode_would():
         envelope.encode("join", name="x")
     with pytest.raises(ValueError, match="unknown"):
         envelope.encode("nonsense")
+
+
+def test_located_names_where_and_keeps_class_and_frame():
+    error = envelope.located(MessageTooLarge("too large", 2, "frame"), "tcp://127.0.0.1:7880: batch 3")
+    assert isinstance(error, MessageTooLarge) and error.index == 2
+    assert str(error) == "tcp://127.0.0.1:7880: batch 3: too large (frame 2)"

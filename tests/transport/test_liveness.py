@@ -1,5 +1,6 @@
-"""Liveness on plain-scheme streams: the PeerWatch rules without sockets, then real server processes
-that are killed, stopped, restarted, or idle while a receiver waits on them."""
+"""Liveness on plain-scheme streams: the PeerWatch rules without sockets, the heartbeat options of every
+kind of socket, then real server processes that are killed, stopped, restarted, or idle while a
+receiver waits on them."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zmq
 
 from tensorcom import Connection
 from tensorcom.errors import PeerLost, RecvTimeout
+from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.liveness import PeerWatch
 
 PEER = str(Path(__file__).with_name("stream_peer.py"))
@@ -100,6 +103,37 @@ def test_a_reused_descriptor_is_a_new_connection():
     watch = watch_with()
     watch.opened(7, 1.0)  # the close event of the old connection was missed
     assert watch.where["a"] == set() and watch.lost(["a"], set(), 1.0, {}, 0.1)[0] == ["a"]
+
+
+# ---- the socket options (no connection) ---------------------------------------------------------
+
+
+def heartbeat_options(set_options, kind=zmq.PUSH):
+    """(HEARTBEAT_IVL, HEARTBEAT_TIMEOUT, HEARTBEAT_TTL, TCP_KEEPALIVE) of a fresh socket after set_options(sock)."""
+    context = zmq.Context()
+    sock = context.socket(kind)
+    try:
+        set_options(sock)
+        return tuple(sock.getsockopt(option) for option in
+                     (zmq.HEARTBEAT_IVL, zmq.HEARTBEAT_TIMEOUT, zmq.HEARTBEAT_TTL, zmq.TCP_KEEPALIVE))
+    finally:
+        sock.close(linger=0)
+        context.term()
+
+
+def test_heartbeat_options_of_each_kind_of_socket():
+    """Plain senders PING every HEARTBEAT_IVL with the liveness as TTL and never time out a slow reader
+    (even with liveness off); plain receivers only keep TCP alive; sharing sockets derive everything
+    from the liveness (defaults: 0, -1, 0, -1)."""
+    plain_sender = heartbeat_options(lambda s: sockets.stream_options(s, sends=True, liveness=2))
+    assert plain_sender == (int(sockets.HEARTBEAT_IVL * 1000), 0, 2000, -1)
+    assert heartbeat_options(lambda s: sockets.stream_options(s, sends=True, liveness=None))[:3] == (500, 0, 0)
+    assert heartbeat_options(lambda s: sockets.stream_options(s, sends=False, liveness=2), zmq.PULL) == (0, -1, 0, 1)
+    assert heartbeat_options(lambda s: sockets.set_heartbeats(s, 10), zmq.DEALER) == (2000, 5000, 10000, -1)
+    assert heartbeat_options(lambda s: sockets.set_heartbeats(s, 0.01), zmq.DEALER)[:3] == (10, 20, 100)
+    assert heartbeat_options(lambda s: sockets.set_heartbeats(s, None), zmq.DEALER) == (0, -1, 0, -1)
+    with pytest.raises(ValueError, match="liveness must be a positive number"):
+        heartbeat_options(lambda s: sockets.set_heartbeats(s, 0))
 
 
 # ---- real processes --------------------------------------------------------------------------------

@@ -55,3 +55,13 @@ def test_refuses_what_cannot_be_divided():
         rebatcher.push({"x": np.zeros((4, 2)), "y": np.zeros(3)})
     with pytest.raises(ValueError, match="batch_size"):
         Rebatcher(0)
+
+
+def test_refuses_a_batch_whose_fields_change():
+    rebatcher = Rebatcher(4)
+    rebatcher.push({"x": np.zeros((3, 2)), "id": [0, 1, 2]})
+    rebatcher.push({"id": [3, 4], "x": np.ones((2, 2))})  # the same fields in another order: fine
+    with pytest.raises(ValueError, match="fields"):
+        rebatcher.push({"x": np.zeros((3, 2)), "label": [0, 1, 2]})  # would be lost, or fail at pop()
+    batch, _ = rebatcher.pop()
+    assert list(batch) == ["x", "id"] and batch["id"] == [0, 1, 2, 3]

@@ -39,6 +39,13 @@ def names(sends, peer):
     return [s.item.frames[0] if s.item.frames else "END" for s in sends if s.peer == peer]
 
 
+def ack_sends(book, sends, peer):
+    """Acknowledge each of `sends` that went to `peer` (the others stay unacknowledged)."""
+    for s in sends:
+        if s.peer == peer:
+            book.ack(peer, s.number)
+
+
 def drain(book, acks=True):
     """Send everything possible, acknowledging each consumer's batches, until nothing moves."""
     got = {}
@@ -97,9 +104,7 @@ def test_share_detach_policy_drops_the_consumer_that_blocks_a_full_buffer():
     book.join("fast", "fast", 10)
     book.join("slow", "slow", 1)
     feed(book, stream, "bbb")
-    for s in book.sends():
-        if s.peer == "fast":
-            book.ack("fast", s.number)
+    ack_sends(book, book.sends(), "fast")
     assert not book.can_take()  # held: the slow one may only have an acknowledgement in flight
     now[0] = 0.5
     assert not book.can_take() and len(book.consumers) == 2
@@ -109,25 +114,19 @@ def test_share_detach_policy_drops_the_consumer_that_blocks_a_full_buffer():
     assert list(book.consumers) == ["fast"]
 
 
-def test_share_late_joiner_starts_at_the_epoch_start_while_it_is_buffered():
-    book, stream = ShareBook(replay=20), Stream()
+@pytest.mark.parametrize("replay, items, start, late_gets", [
+    (20, "bbe" + "bb", (1, 0), ["b1.0", "b1.1"]),  # the epoch's start is still buffered: there
+    (2, "bbbbb", (0, 3), ["b0.3", "b0.4"]),  # it left the buffer: the oldest buffered batch of the epoch
+])
+def test_share_late_joiner_starts_at_the_oldest_buffered_item_of_the_epoch(replay, items, start, late_gets):
+    book, stream = ShareBook(replay=replay), Stream()
     book.join("a", "a", 100)
-    feed(book, stream, "bbe" + "bb")
-    drain(book)
-    welcome = book.join("late", "late", 100)
-    assert (welcome.epoch, welcome.pos) == (1, 0)
-    assert drain(book)["late"] == ["b1.0", "b1.1"]
-
-
-def test_share_late_joiner_starts_at_the_oldest_buffered_batch_of_the_epoch():
-    book, stream = ShareBook(replay=2), Stream()
-    book.join("a", "a", 100)
-    for kind in "bbbbb":
+    for kind in items:
         feed(book, stream, kind)
         drain(book)
     welcome = book.join("late", "late", 100)
-    assert (welcome.epoch, welcome.pos) == (0, 3)
-    assert drain(book)["late"] == ["b0.3", "b0.4"]
+    assert (welcome.epoch, welcome.pos) == start
+    assert drain(book)["late"] == late_gets
 
 
 def test_share_removed_consumer_no_longer_holds_the_buffer():
@@ -135,9 +134,7 @@ def test_share_removed_consumer_no_longer_holds_the_buffer():
     book.join("a", "a", 5)
     book.join("dead", "dead", 5)
     feed(book, stream, "bb")
-    for s in book.sends():
-        if s.peer == "a":
-            book.ack("a", s.number)
+    ack_sends(book, book.sends(), "a")
     assert not book.can_take()
     book.remove("dead")
     assert book.lost_batches == 2
@@ -186,9 +183,7 @@ def test_split_dead_consumer_batches_go_to_another():
     feed(book, stream, "bbbb")
     sends = book.sends()
     mine = names(sends, "dead")
-    for s in sends:
-        if s.peer == "a":
-            book.ack("a", s.number)
+    ack_sends(book, sends, "a")
     book.remove("dead")
     assert book.reassigned == len(mine) == 2
     again = names(book.sends(), "a")

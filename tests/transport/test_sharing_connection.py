@@ -1,5 +1,7 @@
 """zshare / zsplit / zjoin through Connection in one process (threads): detaching, undelivered
-batches on close, observers, CURVE, rebatching."""
+batches on close, observers, CURVE, rebatching; a malformed batch from a server made by other means;
+a sharing server's input (the Hub) merging the epochs of senders whose messages are held or whose
+marker was lost."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import threading
 
 import numpy as np
 import pytest
+import zmq
 
-from tensorcom import Connection
-from tensorcom.errors import Detached, RecvTimeout, Undelivered
+from tensorcom import Connection, wire
+from tensorcom.errors import DecodeError, Detached, RecvTimeout, Undelivered
+from tensorcom.transport import envelope
+from tensorcom.transport.hub import Hub
 from tensorcom.transport.security import Curve, create_key_pair
 
 pytestmark = pytest.mark.net
@@ -123,3 +128,90 @@ def test_consumer_batch_size_rebatches_the_same_samples(free_port):
     thread.join(timeout=20)
     assert errors == []
     consumer.close()
+
+
+@pytest.fixture
+def raw_socket():
+    """Call raw_socket(zmq type) for a plain ZeroMQ socket (5 s timeouts); all closed after the test."""
+    context, made = zmq.Context(), []
+
+    def make(kind: int) -> zmq.Socket:
+        sock = context.socket(kind)
+        sock.linger, sock.rcvtimeo, sock.sndtimeo = 0, 5000, 5000
+        made.append(sock)
+        return sock
+
+    yield make
+    for sock in made:
+        sock.close(linger=0)
+    context.term()
+
+
+def welcomed(server: zmq.Socket) -> bytes:
+    """Take a consumer's join on the by-hand ROUTER `server` and welcome it; returns its routing id."""
+    peer, join = server.recv_multipart()
+    assert envelope.decode(join)["k"] == "join"
+    server.send_multipart([peer, envelope.encode("welcome", server="s1", mode="share", epoch=0, pos=0)])
+    return peer
+
+
+def ids_message(n: int, batch: dict) -> list:
+    """Batch n of a by-hand server: the control frame and the batch's wire frames."""
+    return [envelope.encode("batch", n=n, epoch=0, pos=n - 1), *wire.encode_batch(batch, seq=n, sender="by-hand")]
+
+
+def test_a_malformed_batch_names_the_server_and_is_acknowledged(free_port, raw_socket):
+    """A server speaking the protocol by hand (docs/protocol.md §7) sends a batch whose wire message is
+    garbage: the consumer's DecodeError names the server's URL and the batch; the batch is
+    acknowledged all the same (the server's credit goes on) and the next one arrives."""
+    url = f"127.0.0.1:{free_port()}"
+    server = raw_socket(zmq.ROUTER)
+    server.bind(f"tcp://{url}")
+    with Connection(f"zjoin://{url}", credit=2, timeout=10) as consumer:
+        peer = welcomed(server)
+        server.send_multipart([peer, envelope.encode("batch", n=1, epoch=0, pos=0), b"not a wire message"])
+        server.send_multipart([peer, *ids_message(2, {"id": np.arange(4, dtype=np.int32)})])
+        with pytest.raises(DecodeError, match=f"zjoin://{url}: batch 1's wire message"):
+            consumer.recv()
+        assert envelope.decode(server.recv_multipart()[1])["upto"] == 1
+        assert consumer.recv()["id"].tolist() == [0, 1, 2, 3]
+
+
+def test_a_batch_that_cannot_be_rebatched_names_the_server(free_port, raw_socket):
+    url = f"127.0.0.1:{free_port()}"
+    server = raw_socket(zmq.ROUTER)
+    server.bind(f"tcp://{url}")
+    with Connection(f"zjoin://{url}", batch_size=2, timeout=10) as consumer:
+        peer = welcomed(server)
+        server.send_multipart([peer, *ids_message(1, {"id": np.arange(4, dtype=np.int32), "name": "one"})])
+        with pytest.raises(ValueError, match=f"zjoin://{url}: batch 1: cannot rebatch field 'name'"):
+            consumer.recv()
+
+
+def test_hub_input_keeps_held_messages_in_order_and_ends_an_epoch_whose_marker_was_lost(free_port, raw_socket):
+    """Two senders in a group of 2 push to a Hub by hand: A's next epoch arrives before B has ended
+    the current one (held by the input's epoch book, then taken in order, even with the replay buffer
+    full and the finish already queued), and B's marker of epoch 1 never arrives (its batch of epoch 2
+    ends epoch 1 in its place). The consumer's passes are the epochs, each sender's batches in order."""
+    def batch(sender: str, epoch: int, seq: int, i: int) -> list:
+        return wire.encode_batch({"id": np.array([i], dtype=np.int32)}, seq=seq, epoch=epoch, sender=sender)
+
+    def marker(sender: str, epoch: int, seq: int) -> list:
+        return wire.encode_end_of_epoch(seq=seq, epoch=epoch, sender=sender, group="g", group_size=2)
+
+    hub = Hub(f"zshare://127.0.0.1:{free_port()}", replay=2)
+    try:
+        with Connection(hub.addresses[0].replace("tcp", "zjoin"), credit=1, timeout=10) as consumer:
+            producer = raw_socket(zmq.PUSH)
+            producer.connect(hub.server.input_address)
+            for message in (batch("A", 0, 0, 0), marker("A", 0, 1),
+                            batch("A", 1, 2, 10), batch("A", 1, 3, 11), marker("A", 1, 4),  # held
+                            batch("B", 0, 0, 1), marker("B", 0, 1),  # epoch 0 ends
+                            batch("B", 1, 2, 12), batch("B", 2, 3, 20),  # B's marker of epoch 1 was lost
+                            [envelope.encode("finish")]):
+                producer.send_multipart(message)
+            passes = [[int(b["id"][0]) for b in consumer] for _ in range(3)]
+        assert passes == [[0, 1], [10, 11, 12], [20]]
+        assert hub.close(timeout=10)["undelivered"] == {}
+    finally:
+        hub.abort()

@@ -27,8 +27,8 @@ def test_delivery_report_names_peers_and_the_bound():
     Delivery(peers=2).check("zpush://x:1")  # everything read: no error
     report = Delivery(peers=2, troubled={"10.0.0.1:5": "went away"}, counts={"10.0.0.1:5": 7}, undelivered=7,
                       marker=True)
-    with pytest.raises(Undelivered, match=r"zpush://x:1: close: 1 peer.*10.0.0.1:5 went away; 2 connected.*up to 7 batch\(es\) "
-                                          r"and the end-of-epoch marker") as info:
+    with pytest.raises(Undelivered, match=r"zpush://x:1: close: 1 peer.*10.0.0.1:5 went away; 2 connected.*"
+                                          r"up to 7 batch\(es\) and the end-of-epoch marker") as info:
         report.check("zpush://x:1")
     assert info.value.counts == {"10.0.0.1:5": 7} and info.value.undelivered == 7
 

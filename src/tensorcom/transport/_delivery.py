@@ -101,9 +101,13 @@ class _Link:
         except OSError:
             self.end("lost", "went away before it had read everything")
             return True
-        self.unacked = sockets.unacknowledged_bytes(self.dup.fileno()) or 0
-        self.end("lost" if self.unacked else "done", "closed before it had read everything")
+        self.end_unless_unacknowledged("closed before it had read everything")
         return True
+
+    def end_unless_unacknowledged(self, why: str) -> None:
+        """End it: done when the peer acknowledged every byte, else lost (`why`)."""
+        self.unacked = sockets.unacknowledged_bytes(self.dup.fileno()) or 0
+        self.end("lost" if self.unacked else "done", why)
 
     def end(self, state: str, why: str = "") -> None:
         if self.state == "open":
@@ -171,8 +175,7 @@ class Outlet:
         elif event in sockets.ENDED and fd in self.links:
             link = self.links.pop(fd)
             if not link.settle():  # ZeroMQ closed it, the peer did not: end it here too
-                link.unacked = sockets.unacknowledged_bytes(link.dup.fileno()) or 0
-                link.end("lost" if link.unacked else "done", "was disconnected before it had read everything")
+                link.end_unless_unacknowledged("was disconnected before it had read everything")
             if link.state == "lost" and not self.lossy:
                 link.queued = True
                 self.departed.append(link)
@@ -221,7 +224,8 @@ class Outlet:
             remaining = None if deadline is None else deadline + STOP_GRACE - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            for event, fd in sockets.connection_events(self.monitor, POLL if remaining is None else min(POLL, remaining)):
+            step = POLL if remaining is None else min(POLL, remaining)
+            for event, fd in sockets.connection_events(self.monitor, step):
                 if event == zmq.EVENT_MONITOR_STOPPED:
                     return deadline is None or time.monotonic() < deadline
                 link = self.links.get(fd) if event in sockets.ENDED else None

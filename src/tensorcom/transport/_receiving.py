@@ -1,6 +1,6 @@
-"""The receiving side of a Connection: `ReceivingSide` (a mixin of Connection: take a message, decode
-it, run it through the epoch book, account for it) and `Inlet`, a plain-scheme socket's waits with
-liveness: what `Connection.recv()` does when nothing is readable.
+"""The receiving side of a Connection: `ReceivingSide` (a mixin of Connection: recv(), iteration over
+a pass; each message taken, decoded, run through the epoch book and accounted for) and `Inlet`, a
+plain-scheme socket's waits with liveness: what `Connection.recv()` does when nothing is readable.
 
     inlet = Inlet(sock, url, liveness, book)    # before the socket binds or connects (it opens a monitor)
     frames = inlet.receive(hint)                # the next message's frames; RecvTimeout, PeerLost
@@ -18,9 +18,10 @@ goes on with the senders that are left. Everything runs in the caller's thread: 
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
 import zmq
 
@@ -32,6 +33,7 @@ from tensorcom.transport.epochs import EpochBook, Verdict
 from tensorcom.transport.liveness import PeerWatch
 
 POLL = 0.1  # seconds between liveness checks while a receive waits
+EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
 
 
 class Inlet:
@@ -118,20 +120,64 @@ class Inlet:
 
 
 class ReceivingSide:
-    """Connection's message-level receiving; the Connection provides the socket (`_live_socket`),
-    `_inlet` (None: plain receives), url, timeout, endpoints, raw, stats, max_message_size, the
+    """Connection's receiving: batches and passes (recv, items, iteration) over messages taken from
+    the socket, decoded, run through the epoch book and accounted for. The Connection provides the
+    socket (`_live_socket`), `_inlet` (None: plain receives), `_joiner` and `_next_joined` (zjoin),
+    url, timeout, endpoints, raw, stats, max_message_size and `_max_plain_values` (read once), the
     epoch book `_epochs`, the sequence tracker `_tracker`, the resume record `_consumed`, the
-    transforms and converters, and the counters it updates (count, batch_size, epoch_number)."""
+    transforms and converters, epoch, total and report, and the counters it updates (count,
+    batch_size, epoch_number)."""
+
+    def recv(self) -> Any:
+        """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
+        when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
+        batch = self._next_batch()
+        while batch is EPOCH_END:
+            batch = self._next_batch()
+        return batch
+
+    def items(self, report: int | None = None) -> Iterator[Any]:
+        """Iterate over the batches of one epoch (see the Connection's docstring for when it ends).
+        `report` > 0 (default: the constructor's) prints statistics to stderr every `report` samples."""
+        report = self.report if report is None else report
+        yielded, next_report = 0, report
+        while yielded < self.epoch:
+            if 0 < self.total <= self.count:
+                return
+            batch = self._next_batch()
+            if batch is EPOCH_END:
+                return
+            yielded += 1
+            if report > 0 and self.count >= next_report:
+                print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
+                next_report += report
+            yield batch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.items()
+
+    def _next_batch(self) -> Any:
+        """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the
+        epoch; markers that do not complete it are recorded and skipped."""
+        if self._joiner is not None:
+            return self._next_joined(EPOCH_END)
+        while True:
+            message = self._next_message()
+            if self.raw:
+                return message
+            if message.kind != "end_of_epoch":
+                return self._accept(message)
+            if self._note_marker(message):
+                return EPOCH_END
 
     def _recv_message(self) -> Any:
         """The next message: a wire.Message, or the frames themselves when `raw`. With liveness,
         waiting raises PeerLost when the pass's senders are gone (tensorcom.transport.liveness)."""
         sock = self._live_socket()
-        with sockets.translated(self.url, self.timeout, "receive", self._timeout_hint):
-            if self._inlet is not None:
-                frames = self._inlet.receive(self._timeout_hint)
-            else:
-                frames = sock.recv_multipart(copy=False)
+        try:
+            frames = sock.recv_multipart(copy=False) if self._inlet is None else self._inlet.receive(self._timeout_hint)
+        except zmq.ZMQError as exc:
+            raise sockets.translate(exc, self.url, self.timeout, "receive", self._timeout_hint)
         buffers = [frame.buffer for frame in frames]
         if self.endpoints[0].topic:
             buffers = buffers[1:]
@@ -140,7 +186,8 @@ class ReceivingSide:
             self.stats.add(sum(b.nbytes for b in buffers), 1)
             return buffers
         try:
-            message = wire.decode_message(buffers, max_size=self.max_message_size)
+            message = wire.decode_message(buffers, max_size=self.max_message_size,
+                                          max_plain_values=self._max_plain_values)
         except DecodeError as exc:  # name the URL and the message; keep the class and the frame index
             error = type(exc)(f"{self.url}: message {self._received}: {exc}")
             error.index = exc.index

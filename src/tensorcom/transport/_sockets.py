@@ -6,12 +6,12 @@ The context is shared by every open socket in the process (so `inproc://` works 
 Connections) and reference-counted: it is terminated, and its I/O thread ends, when the last socket
 made here is closed. A forked child gets a fresh context.
 
-Liveness and delivery plumbing of the plain schemes (the rules are in `tensorcom.transport.liveness`
-and `_delivery`): `stream_options` (ZMTP heartbeats from senders only, TCP keepalive on receivers,
-ZMQ_IMMEDIATE on connecting senders), `open_monitor` / `connection_events` (which connections open
-and close, by file descriptor), and two read-only looks at such a descriptor: `quiet_seconds` (how
-long nothing arrived on a TCP connection) and `unacknowledged_bytes` (what its peer has not yet
-acknowledged).
+Liveness and delivery plumbing: `set_heartbeats` (ZMTP heartbeats, for every scheme's sockets), and
+for the plain schemes (the rules are in `tensorcom.transport.liveness` and `_delivery`)
+`stream_options` (heartbeats from senders only, TCP keepalive on receivers, ZMQ_IMMEDIATE on
+connecting senders), `open_monitor` / `connection_events` (which connections open and close, by
+file descriptor), and two read-only looks at such a descriptor: `quiet_seconds` (how long nothing
+arrived on a TCP connection) and `unacknowledged_bytes` (what its peer has not yet acknowledged).
 """
 
 from __future__ import annotations
@@ -121,48 +121,82 @@ def attach(sock: zmq.Socket, endpoint: Endpoint) -> str:
     return address
 
 
+def translate(exc: zmq.ZMQError, url: str, timeout: float | None = None, action: str = "receive",
+              hint: str = "") -> TransportError:
+    """The TransportError (RecvTimeout for a receive that timed out) naming `url` for zmq error `exc`
+    raised by `action`, to raise; its cause is `exc` (none for a timeout). `hint` is added to a
+    receive timeout's text. Hot paths catch zmq.ZMQError and call this, rather than enter
+    `translated` (and build its `url`) for every message."""
+    timed_out = isinstance(exc, zmq.Again)
+    if not timed_out:
+        error = TransportError(f"{action} failed: {exc.strerror or exc}", url)
+    elif action == "receive":
+        error = RecvTimeout(f"nothing received within {timeout} s{hint}", url)
+    else:
+        error = TransportError(f"could not {action} within {timeout} s (no peer ready?)", url)
+    error.__cause__ = None if timed_out else exc
+    error.__suppress_context__ = True
+    return error
+
+
 @contextlib.contextmanager
 def translated(url: str, timeout: float | None = None, action: str = "receive", hint: str = "") -> Iterator[None]:
-    """Turn zmq errors raised inside the block into TransportError / RecvTimeout naming `url`;
-    `hint` is added to a receive timeout's text."""
+    """Turn zmq errors raised inside the block into `translate`'s TransportError / RecvTimeout."""
     try:
         yield
-    except zmq.Again:
-        if action == "receive":
-            raise RecvTimeout(f"nothing received within {timeout} s{hint}", url) from None
-        raise TransportError(f"could not {action} within {timeout} s (no peer ready?)", url) from None
     except zmq.ZMQError as exc:
-        raise TransportError(f"{action} failed: {exc.strerror or exc}", url) from exc
+        raise translate(exc, url, timeout, action, hint)
 
 
-# ---- liveness and delivery plumbing (plain schemes) ------------------------------------------------
+# ---- liveness and delivery plumbing -----------------------------------------------------------------
 
 HEARTBEAT_IVL = 0.5  # seconds between the ZMTP PINGs every sending socket emits (from ZeroMQ's I/O thread)
 MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
              | zmq.EVENT_MONITOR_STOPPED)
 OPENED = (zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED)
 ENDED = (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED)
+_POLLIN = int(zmq.POLLIN)
 _TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux only
 _LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (u32, milliseconds) in Linux's struct tcp_info
+
+
+def set_heartbeats(sock: zmq.Socket, liveness: float | None, *, interval: float | None = None,
+                   timeout: bool = True) -> None:
+    """ZMTP heartbeats on `sock`, set before bind/connect; ZeroMQ's I/O threads send and answer them
+    whatever the Python code does. A PING every `interval` s (default liveness/5), carrying a TTL of
+    `liveness` s (the peer's ZeroMQ drops the connection when nothing follows a PING for that long);
+    with `timeout`, `sock` itself drops a connection whose peer answered nothing for liveness/2 s (at
+    least two intervals), else never. `liveness` None: no TTL and no timeout, and no PINGs unless
+    `interval` is given. ValueError for a liveness that is not a positive number of seconds.
+
+    The sharing sockets (ROUTER, DEALER: both ends read, credit bounds their queues) take the
+    defaults; a plain-scheme sender takes `interval=HEARTBEAT_IVL, timeout=False` (`stream_options`)."""
+    if liveness is not None and (isinstance(liveness, bool) or not isinstance(liveness, (int, float))
+                                 or liveness <= 0):
+        raise ValueError(f"liveness must be a positive number of seconds or None, got {liveness!r}")
+    if liveness is None and interval is None:
+        return
+    millis = None if liveness is None else int(liveness * 1000)
+    ivl = max(int(interval * 1000) if interval is not None else millis // 5, 10)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(millis // 2, 2 * ivl) if timeout and millis is not None else 0)
+    if millis is not None:
+        sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(millis, 100), 6553500) // 100 * 100)
 
 
 def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> None:
     """Liveness options of a plain-scheme socket, set before bind/connect (why these and not others:
     tensorcom.transport.liveness).
 
-    Sending sockets: a ZMTP PING every HEARTBEAT_IVL s, answered by ZeroMQ's I/O threads whatever
-    the Python code does, so receivers can tell an idle sender from a dead one; a TTL of `liveness`
-    in each PING (a receiver's ZeroMQ drops the connection when nothing follows a PING for that long);
-    no heartbeat timeout of their own (a slow receiver's answers wait behind the data it has not
-    read); ZMQ_IMMEDIATE, so messages queue only for connected peers (it acts on connects).
+    Sending sockets: a ZMTP PING every HEARTBEAT_IVL s, whatever `liveness` (receivers judge quiet
+    connections by it), with a TTL of `liveness`, and no heartbeat timeout of their own (a slow
+    receiver's answers wait behind the data it has not read): `set_heartbeats`; ZMQ_IMMEDIATE, so
+    messages queue only for connected peers (it acts on connects).
     Receiving sockets: no heartbeats of their own (libzmq 4.3 drops a slow reader's connection on a
     heartbeat timeout, and can abort when its peer goes away while its queue is full); TCP keepalive
     after `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
     if sends:
-        sock.setsockopt(zmq.HEARTBEAT_IVL, int(HEARTBEAT_IVL * 1000))
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 0)
-        if liveness is not None:
-            sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(int(liveness * 10), 1), 65535) * 100)
+        set_heartbeats(sock, liveness, interval=HEARTBEAT_IVL, timeout=False)
         sock.setsockopt(zmq.IMMEDIATE, 1)
     elif liveness is not None:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
@@ -181,8 +215,8 @@ def open_monitor(sock: zmq.Socket) -> zmq.Socket:
 def connection_events(monitor: zmq.Socket, timeout: float = 0.0) -> list[tuple[int, int]]:
     """(event, value) pairs waiting on `monitor` (the value of a connection event is the connection's
     file descriptor), waiting up to `timeout` s for the first; [] when none."""
-    events = []
-    while monitor.poll(int(timeout * 1000) if not events else 0):
+    events = []  # zmq_poll, not monitor.poll (a Poller made per call): this runs for every message
+    while zmq.zmq_poll([(monitor, _POLLIN)], int(timeout * 1000) if not events else 0):
         frames = monitor.recv_multipart()
         events.append(struct.unpack("=hi", frames[0][:6]))
     return events

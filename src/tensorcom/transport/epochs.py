@@ -25,8 +25,9 @@ The rules (docs/transport.md, "The end of an epoch"):
   current epoch to process in its place, which ends the pass if the rules say so (the batch then
   opens the next pass, or is held for it). From a sender at the start of an epoch (its marker came)
   it means whole epochs were lost: they open no pass. A marker of a later epoch stands for the lost
-  ones before it; a marker of an epoch the sender has already ended (a duplicate) is dropped. `lost_markers` counts the markers that never arrived,
-  `implicit_ends` the passes a stand-in ended. So a pass never mixes two epochs of one sender.
+  ones before it; a marker of an epoch the sender has already ended (a duplicate) is dropped.
+  `lost_markers` counts the markers that never arrived, `implicit_ends` the passes a stand-in ended.
+  So a pass never mixes two epochs of one sender.
 - A restarted sender is a new sender (a new id). A message whose `share` (stream, worker) was sent so
   far by another id replaces that sender: the old one is retired (its markers, its place in the pass
   and its held messages are forgotten) and whatever still arrives from it is dropped (DROP).

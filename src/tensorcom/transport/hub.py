@@ -23,6 +23,8 @@ import shutil
 import tempfile
 from typing import Any
 
+import zmq
+
 from tensorcom import urls
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport import envelope, security
@@ -51,6 +53,8 @@ class Hub:
         self._releases: list = []
         self._curve = curve if curve is not None else security.curve_from(serving=True)
         mode = sharing_mode(endpoints)
+        for endpoint in endpoints:  # before anything is opened (a warning may be made an error)
+            security.warn_if_exposed(endpoint, self._curve)
         self._dir = None if input_host else tempfile.mkdtemp(prefix="tc-hub-", dir="/tmp")
         address = f"tcp://{input_host}:*" if input_host else f"ipc://{os.path.join(self._dir, 'in')}"
         self._finisher = None
@@ -58,13 +62,11 @@ class Hub:
         try:
             self.server = ShareServer(endpoints, mode, address, context=self._context, input_hwm=INPUT_HWM,
                                       secure=self._secure, **options)
-            bound = self.server.input_address
-            self.worker_url = f"zpush://{input_host}:{bound.rsplit(':', 1)[1]}" if input_host else f"zpush+{bound}"
-            for endpoint in endpoints:
-                security.warn_if_exposed(endpoint, self._curve)
         except BaseException:
             self._release()
             raise
+        bound = self.server.input_address
+        self.worker_url = f"zpush://{input_host}:{bound.rsplit(':', 1)[1]}" if input_host else f"zpush+{bound}"
         self.server.start()
 
     @property
@@ -73,8 +75,6 @@ class Hub:
 
     def finish(self, ends: int | None = None) -> None:
         """End the stream once `ends` epochs have ended (None: after what has arrived)."""
-        import zmq
-
         self._finisher = self._context.socket(zmq.PUSH)
         self._finisher.linger = 1000
         self._finisher.connect(self.server.input_address)

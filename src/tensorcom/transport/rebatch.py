@@ -9,7 +9,8 @@ order. Pure (numpy only). A consumer of a sharing server that asks for its own `
 
 Fields with rows are numpy arrays (rank >= 1; cut and joined along axis 0) and lists/tuples (one item
 per sample). A batch whose fields differ in number of rows, or has a field without rows (a plain
-value, which cannot be divided among samples), raises ValueError naming the field.
+value, which cannot be divided among samples), raises ValueError naming the field; so does a batch
+whose fields (keys, or number of fields) are not those of the batch before it.
 """
 
 from __future__ import annotations
@@ -19,32 +20,28 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.transport.batches import batch_size
+from tensorcom.transport.batches import _rows_of, batch_size
+from tensorcom.transport.sharing import check_positive
 
 
-def _fields(batch: Any) -> list[tuple[Any, Any]]:
+def _keys(batch: Any) -> list:
+    """The batch's field keys: a dict's keys, a list's or tuple's indices."""
     if isinstance(batch, dict):
-        return list(batch.items())
+        return list(batch)
     if isinstance(batch, (list, tuple)):
-        return list(enumerate(batch))
+        return list(range(len(batch)))
     raise ValueError(f"cannot rebatch a batch of type {type(batch).__name__}")
 
 
-def _check(batch: Any) -> int:
+def _check(batch: Any, keys: list) -> int:
     """The batch's number of samples; ValueError unless every field has exactly that many rows."""
     rows = batch_size(batch)
-    for key, value in _fields(batch):
-        shape = getattr(value, "shape", None)
-        count = (shape[0] if shape else None) if shape is not None else (
-            len(value) if isinstance(value, (list, tuple)) else None)
+    for key in keys:
+        count = _rows_of(batch[key])
         if count != rows:
             raise ValueError(f"cannot rebatch field {key!r}: it has {'no rows' if count is None else count} "
                              f"where the batch has {rows} samples")
     return rows
-
-
-def _cut(value: Any, start: int, stop: int) -> Any:
-    return value[start:stop]
 
 
 def _join(parts: list) -> Any:
@@ -58,15 +55,18 @@ class Rebatcher:
     """Re-cut a stream of batches into batches of `size` samples (module docstring)."""
 
     def __init__(self, size: int):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {size!r}")
-        self.size = size
+        self.size = check_positive("batch_size", size)
         self.queue: deque = deque()  # [batch, rows, offset, token]
         self.available = 0
+        self.keys: list | None = None  # the fields of the first batch (every batch has these)
 
     def push(self, batch: Any, token: Any = None) -> None:
         """Add a received batch; `token` comes back from pop()/flush() once all of it was handed out."""
-        rows = _check(batch)
+        keys = _keys(batch)
+        if self.keys is not None and set(keys) != set(self.keys):
+            raise ValueError(f"cannot rebatch a batch with fields {keys} after batches with fields {self.keys}")
+        rows = _check(batch, keys)
+        self.keys = keys if self.keys is None else self.keys
         self.queue.append([batch, rows, 0, token])
         self.available += rows
 
@@ -99,11 +99,8 @@ class Rebatcher:
                 done.append(token)
         return self._assemble(pieces), done
 
-    @staticmethod
-    def _assemble(pieces: list) -> Any:
+    def _assemble(self, pieces: list) -> Any:
+        """One batch of the rows [start, stop) of each (batch, start, stop) piece, of the first's type."""
+        joined = {key: _join([batch[key][start:stop] for batch, start, stop in pieces]) for key in self.keys}
         first = pieces[0][0]
-        keys = [key for key, _ in _fields(first)]
-        joined = {key: _join([_cut(dict(_fields(b))[key], s, e) for b, s, e in pieces]) for key in keys}
-        if isinstance(first, dict):
-            return joined
-        return type(first)(joined[key] for key in keys)
+        return joined if isinstance(first, dict) else type(first)(joined.values())

@@ -127,26 +127,30 @@ class Consumer:
                 "samples_per_s": self.samples / seconds, "credit": self.credit, "free": self.free}
 
 
-def _check_positive(name: str, value: Any) -> int:
+def check_positive(name: str, value: Any) -> int:
+    """`value` when it is an int >= 1 (a count: credit, replay, batch_size...), else ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     return value
 
 
 class _Book:
-    """What both modes share: consumers, the min_consumers gate, the stream's epoch count."""
+    """What both modes share: consumers, the min_consumers gate, the stream's epoch count, and the
+    counts of batches lost (share) or sent again (split) because a consumer was removed."""
 
     mode = ""
 
     def __init__(self, *, min_consumers: int = 1, replay: int = 16):
-        self.min_consumers = _check_positive("min_consumers", min_consumers)
-        self.replay = _check_positive("replay", replay)
+        self.min_consumers = check_positive("min_consumers", min_consumers)
+        self.replay = check_positive("replay", replay)
         self.consumers: dict[Any, Consumer] = {}
         self.started = False  # min_consumers reached once: the stream flows from then on
         self.epoch = 0  # the epoch of the next batch taken from the stream
         self.pos = 0  # its position in that epoch
         self.ended = False  # the stream has no more items
         self.lost_batches = 0  # batches that a removed consumer still had unacknowledged (share mode)
+        self.reassigned = 0  # batches sent again after their consumer was removed (split mode)
+        self.detached: list[tuple[Any, str]] = []  # (peer, reason) detached since take_detached() (share mode)
 
     def _gate_open(self) -> bool:
         if not self.started and len(self.consumers) >= self.min_consumers:
@@ -156,7 +160,7 @@ class _Book:
     def _new_consumer(self, peer: Any, name: str, credit: int) -> Consumer:
         if peer in self.consumers:
             raise ValueError(f"consumer {peer!r} joined twice")
-        consumer = Consumer(peer, name, _check_positive("credit", credit))
+        consumer = Consumer(peer, name, check_positive("credit", credit))
         self.consumers[peer] = consumer
         self._gate_open()
         return consumer
@@ -166,6 +170,11 @@ class _Book:
         consumer = self.consumers.get(peer)
         if consumer is not None:
             consumer.ack(upto)
+
+    def take_detached(self) -> list[tuple[Any, str]]:
+        """Consumers detached since the last call, with the reason to tell them."""
+        detached, self.detached = self.detached, []
+        return detached
 
     def end_stream(self) -> None:
         """No more items will be added."""
@@ -193,7 +202,6 @@ class ShareBook(_Book):
         self.buffer: deque[Item] = deque()
         self.head = 0  # index of the next item to be added
         self.epoch_start = 0  # index of the first item of the current (newest) epoch
-        self.detached: list[tuple[Any, str]] = []
 
     def head_index(self) -> int:
         return self.head
@@ -242,11 +250,6 @@ class ShareBook(_Book):
                     self.detached.append((peer, f"fell {self.replay} batches behind the stream (policy detach)"))
             return self._front_free()
         return False
-
-    def take_detached(self) -> list[tuple[Any, str]]:
-        """Consumers detached since the last call, with the reason to tell them."""
-        detached, self.detached = self.detached, []
-        return detached
 
     def add(self, item: Item) -> None:
         """Append the stream's next item (its index must be `head`); drop the front when over `replay`."""
@@ -298,7 +301,6 @@ class SplitBook(_Book):
         super().__init__(min_consumers=min_consumers, replay=replay)
         self.pending: deque[Item] = deque()  # batches not yet sent (or sent to a consumer now gone)
         self.closing: Item | None = None  # the current epoch's end, once the stream reached it
-        self.reassigned = 0  # batches sent again after their consumer was removed
 
     def join(self, peer: Any, name: str, credit: int) -> Welcome:
         consumer = self._new_consumer(peer, name, credit)
