@@ -30,15 +30,21 @@ Measured per setup and K, in one run:
     shared pages out fairly), sampled from /proc every 0.25 s; MB.
 A setup that crashes, hangs (--timeout per setup; every process tree is killed at the end), passes
 --max-memory-gb (PSS sum; killed: the machine is shared) or delivers fewer images than an epoch has
-is reported as such: that is its result. With --repeats R the setups run R interleaved times and
+is reported as such: that is its result. With --repeats R the setups run R interleaved times (each fan-out run R times, the run whose server used least CPU kept) and
 the run whose slowest job was fastest is kept.
 
 Then the fan-out cost of zshare: one `tensorcom.serve(..., "zshare://...", workers=1,
 min_consumers=K)` server of a preloaded synthetic batch (9.6 MB) feeding K = 1, 2, 4 consumers that do
 nothing else; the server's extra CPU (its process tree) per extra consumer per GB delivered to it,
-(CPU(K) - CPU(1)) / ((K - 1) * GB per consumer), as % of one core at 1 GB/s (target <= 5%). Beside
-it the same figure for the floor of a ZeroMQ transport: one raw pyzmq PUB socket sending the same
-buffer zero-copy to K SUB sockets (--fanout-transports tcp,ipc for both transports).
+(CPU(K) - CPU(1)) / ((K - 1) * GB per consumer), as % of one core at 1 GB/s (target <= 5%), with
+the consumers on the server's host taking the shared-memory handoff (the default there) and with
+frames through the socket (the consumers say shm=False: what a consumer on another host gets). Beside
+them the same figure for the floor of a ZeroMQ transport: one raw pyzmq PUB socket sending the same
+buffer zero-copy to K SUB sockets (--fanout-transports tcp,ipc for both transports), and the ratios
+zshare / raw PUB.
+
+The processes of each setup are benchmarks/_sharing_roles.py's roles (the jobs, tensorsocket's
+producer, the fan-out servers); benchmarks/_processes.py runs, reaps, samples and kills them.
 
     .venv/bin/python benchmarks/sharing.py --setup-tensorsocket /work/venvs/tensorsocket   # once
     .venv/bin/python benchmarks/sharing.py --tensorsocket-python /work/venvs/tensorsocket/bin/python
@@ -52,230 +58,25 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import ctypes
-import importlib.util
 import json
 import os
-import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BATCH = 64
-SIZE = 224
-PR_SET_CHILD_SUBREAPER = 36
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _processes import Reaper, Setup, run_setup  # benchmarks/_processes.py
+
+from pipeline import BATCH, ROOT, SIZE, make_dataset  # benchmarks/pipeline.py
+
+ROLES = str(Path(__file__).resolve().with_name("_sharing_roles.py"))  # the processes of the setups
 TENSORCOM_DEPS = ("numpy", "pyzmq", "msgpack", "braceexpand", "pillow", "simplejpeg", "turbojpeg")
-
-
-# ---------------------------------------------------------------- the training-loop stand-in
-
-
-@dataclass
-class Step:
-    """What a job does with each batch: read every byte (`touch`), then sleep `ms` milliseconds."""
-
-    ms: float = 10.0
-    touch: bool = True
-
-
-class Tally:
-    """A job's count of batches and images, timed from its first batch (start-up left out)."""
-
-    def __init__(self):
-        self.batches = self.images = self.first_images = 0
-        self.first: float | None = None
-        self.last = 0.0
-        self.checksum = 0
-
-    def take(self, images, step: Step) -> None:
-        """Count one batch of `images` (array-like, (N, 224, 224, 3) uint8) and do the step's work."""
-        import numpy as np
-
-        array = np.asarray(images)
-        if array.ndim != 4 or array.shape[1:] != (SIZE, SIZE, 3) or array.dtype != np.uint8:
-            raise RuntimeError(f"unexpected images {array.dtype} {array.shape}")
-        if step.touch:
-            flat = np.ascontiguousarray(array).reshape(-1)
-            self.checksum ^= int(flat.view(np.uint64).sum() if flat.size % 8 == 0 else flat.max())
-        if step.ms > 0:
-            time.sleep(step.ms / 1000)
-        now = time.monotonic()
-        if self.first is None:
-            self.first, self.first_images = now, len(array)
-        self.batches, self.images, self.last = self.batches + 1, self.images + len(array), now
-
-    def report(self, **extra) -> None:
-        """Print the job's one RESULT line (JSON) on stdout."""
-        span = self.last - (self.first or self.last)
-        rate = (self.images - self.first_images) / span if span > 0 else None
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        print("RESULT " + json.dumps({"batches": self.batches, "images": self.images, "rate": rate,
-                                      "first": self.first, "last": self.last, "own_cpu": usage.ru_utime + usage.ru_stime,
-                                      **extra}), flush=True)
-
-
-def job_pipeline(args: argparse.Namespace) -> None:
-    """(a): iterate this job's own dir_pipeline(workers=W) for one epoch."""
-    from tensorcom.images.imagenet import dir_pipeline
-
-    tally = Tally()
-    pipeline = dir_pipeline(args.dir, batch_size=BATCH, size=SIZE, workers=args.workers, seed=args.seed)
-    for images, _labels in pipeline:
-        tally.take(images, args.step)
-    pipeline.close()
-    tally.report()
-
-
-def job_zjoin(args: argparse.Namespace) -> None:
-    """(b) and the fan-out consumers: one epoch from Connection("zjoin://...")."""
-    from tensorcom import Connection
-
-    tally = Tally()
-    conn = Connection(args.url)
-    for batch in conn:
-        tally.take(batch[0], args.step)
-    conn.close()
-    tally.report()
-
-
-def job_tensorsocket(args: argparse.Namespace) -> None:
-    """(c): one epoch from a tensorsocket TensorConsumer (run with the tensorsocket venv's python)."""
-    from tensorsocket import TensorConsumer
-
-    ports = [int(p) for p in args.ports.split(",")]
-    consumer = TensorConsumer(port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]), batch_size=BATCH)
-    tally = Tally()
-    for images, _labels in consumer:
-        tally.take(images.numpy(), args.step)
-    tally.report()
-
-
-# ---------------------------------------------------------------- servers run as roles of this script
-
-
-class TorchBatches:
-    """A tensorsocket loader: a Pipeline of [images, labels] numpy batches as (tensor, tensor), with len."""
-
-    def __init__(self, pipeline):
-        self.pipeline = pipeline
-
-    def __len__(self) -> int:
-        return len(self.pipeline)
-
-    def __iter__(self):
-        import torch
-
-        for images, labels in self.pipeline:
-            yield torch.from_numpy(images), torch.from_numpy(labels)
-
-
-def tensorsocket_producer(args: argparse.Namespace) -> None:
-    """(c)'s server: TensorProducer over TorchBatches(dir_pipeline(workers=W)); waits until
-    args.consumers have registered (heartbeats), serves one epoch, then joins."""
-    from tensorsocket import TensorProducer
-
-    from tensorcom.images.imagenet import dir_pipeline
-
-    ports = [int(p) for p in args.ports.split(",")]
-    pipeline = dir_pipeline(args.dir, batch_size=BATCH, size=SIZE, workers=args.workers, seed=args.seed, dedicated=True)
-    producer = TensorProducer(TorchBatches(pipeline), port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]),
-                              producer_batch_size=int(args.producer_batch))
-    while len(producer.hb.consumers) < args.consumers:
-        time.sleep(0.1)
-    for _ in producer:
-        pass
-    print("RESULT " + json.dumps({"epochs": producer.epoch}), flush=True)
-    producer.join()
-    pipeline.close()
-
-
-class RepeatBatch:
-    """A picklable source: one synthetic [images uint8 (64,224,224,3), labels int32 (64,)] batch,
-    made where it is iterated, yielded `count` times."""
-
-    def __init__(self, count: int):
-        self.count = count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self):
-        import numpy as np
-
-        rng = np.random.default_rng(0)
-        batch = [rng.integers(0, 256, (BATCH, SIZE, SIZE, 3), dtype=np.uint8), np.arange(BATCH, dtype=np.int32)]
-        for _ in range(self.count):
-            yield batch
-
-
-def fanout_server(args: argparse.Namespace) -> None:
-    """The fan-out server: tensorcom.serve of RepeatBatch(args.batches) to zshare, one epoch, one worker."""
-    import tensorcom
-    from tensorcom.pipeline import Pipeline
-
-    tensorcom.serve(Pipeline(RepeatBatch(args.batches)), args.url, workers=1, epochs=1, report=None,
-                    min_consumers=args.consumers)
-
-
-def raw_server(args: argparse.Namespace) -> None:
-    """The fan-out floor: one ZeroMQ PUB socket (no high-water mark) sends RepeatBatch's batch
-    zero-copy `args.batches` times, then b"end", to `args.consumers` subscribers, which announce
-    themselves on a PULL socket first (--url: the data and the hello addresses, comma-separated)."""
-    import zmq
-
-    data, hello = args.url.split(",")
-    context = zmq.Context()
-    pub, pull = context.socket(zmq.PUB), context.socket(zmq.PULL)
-    pub.sndhwm = 0
-    pub.bind(data)
-    pull.bind(hello)
-    for _ in range(args.consumers):
-        pull.recv()
-    time.sleep(0.5)  # let the last subscription reach the PUB socket
-    for images, labels in RepeatBatch(args.batches):
-        pub.send_multipart([labels, images], copy=False)
-    pub.send(b"end")
-    pub.close(linger=60_000)
-    pull.close(linger=0)
-    context.term()
-
-
-def job_raw(args: argparse.Namespace) -> None:
-    """A raw_server subscriber: says hello, then counts batches until b"end"."""
-    import numpy as np
-    import zmq
-
-    data, hello = args.url.split(",")
-    context = zmq.Context()
-    sub, push = context.socket(zmq.SUB), context.socket(zmq.PUSH)
-    sub.connect(data)
-    sub.subscribe(b"")
-    time.sleep(0.2)
-    push.connect(hello)
-    push.send(b"hello")
-    tally = Tally()
-    while len(message := sub.recv_multipart(copy=False)) > 1:
-        tally.take(np.frombuffer(message[1].buffer, np.uint8).reshape(-1, SIZE, SIZE, 3), args.step)
-    tally.report()
-    sub.close(linger=0)
-    push.close(linger=0)
-    context.term()
-
-
-ROLES = {"job-pipeline": job_pipeline, "job-zjoin": job_zjoin, "job-tensorsocket": job_tensorsocket,
-         "tensorsocket-producer": tensorsocket_producer, "fanout-server": fanout_server,
-         "fanout-raw-server": raw_server, "job-raw": job_raw}
-
-
-# ---------------------------------------------------------------- processes and their accounting
 
 
 def free_ports(count: int) -> list[int]:
@@ -290,253 +91,12 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-@dataclass
-class Proc:
-    """One process this script started (in a session of its own), its log files and, once reaped,
-    its exit status and the CPU seconds of it and its reaped descendants."""
-
-    name: str
-    popen: subprocess.Popen
-    log: Path
-    status: int | None = None
-    cpu: float = 0.0
-    system: float = 0.0
-
-    @classmethod
-    def start(cls, name: str, command: list[str], logdir: Path) -> Proc:
-        log = logdir / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=ROOT)
-        return cls(name, popen, log)
-
-    def lines(self) -> list[str]:
-        return self.log.read_text(errors="replace").splitlines()
-
-    def result(self) -> dict | None:
-        """The JSON of the process's last RESULT line, or None."""
-        found = [line[7:] for line in self.lines() if line.startswith("RESULT ")]
-        return json.loads(found[-1]) if found else None
-
-    def error(self) -> str:
-        """The last line of its output that looks like an error (else its last line)."""
-        lines = [line.strip() for line in self.lines() if line.strip()]
-        errors = [line for line in lines if "rror" in line or "Exception" in line or "Killed" in line]
-        return (errors or lines or [f"exit status {self.status}"])[-1][:200]
-
-
-class Reaper:
-    """Reaps every child of this process (wait4), crediting the CPU to the Proc it belongs to, or to
-    `orphans` for descendants re-parented here (this process is a child subreaper)."""
-
-    def __init__(self):
-        self.procs: dict[int, Proc] = {}
-        self.orphans = 0.0
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-    def track(self, proc: Proc) -> Proc:
-        self.procs[proc.popen.pid] = proc
-        return proc
-
-    def reap(self) -> None:
-        while True:
-            try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            cpu = usage.ru_utime + usage.ru_stime
-            proc = self.procs.pop(pid, None)
-            if proc is None:
-                self.orphans += cpu
-                continue
-            proc.status, proc.cpu, proc.system = os.waitstatus_to_exitcode(status), cpu, usage.ru_stime
-            proc.popen.returncode = proc.status
-
-
-def proc_table() -> list[tuple[int, int]]:
-    """(pid, session id) of every process on the machine (from /proc/PID/stat)."""
-    rows = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            rows.append((int(entry), int(stat[stat.rindex(")") + 2:].split()[3])))
-    return rows
-
-
-def memory_kb(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of a process in kB; (0, 0) when it is gone."""
-    try:
-        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
-    except OSError:
-        return 0, 0
-    fields = {line.split(":")[0]: int(line.split()[1]) for line in rollup[1:] if line.endswith("kB")}
-    return fields.get("Rss", 0), fields.get("Pss", 0)
-
-
-class Sampler(threading.Thread):
-    """Every `interval` seconds, the summed RSS and PSS of every process in `sessions`; keeps peaks.
-    When the PSS sum passes `cap_mb`, kills the sessions (the machine is shared) and sets `over`."""
-
-    def __init__(self, sessions: set[int], cap_mb: float, interval: float = 0.25):
-        super().__init__(daemon=True)
-        self.sessions, self.cap_kb, self.interval = sessions, cap_mb * 1024, interval
-        self.peak_rss = self.peak_pss = 0
-        self.over = False
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(self.interval):
-            pids = [pid for pid, sid in proc_table() if sid in self.sessions]
-            sizes = [memory_kb(pid) for pid in pids]
-            self.peak_rss = max(self.peak_rss, sum(rss for rss, _ in sizes))
-            self.peak_pss = max(self.peak_pss, sum(pss for _, pss in sizes))
-            if self.peak_pss > self.cap_kb:
-                self.over = True
-                kill_sessions(self.sessions)
-
-
-def kill_sessions(sessions: set[int]) -> None:
-    """SIGKILL every process in `sessions` (the process trees this script started)."""
-    for pid, sid in proc_table():
-        if sid in sessions and pid != os.getpid():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-
-# ---------------------------------------------------------------- running one setup
-
-
-@dataclass
-class Setup:
-    """Commands of one setup: servers start first, then the K jobs; `expected` images per job."""
-
-    name: str
-    servers: list[list[str]]
-    jobs: list[list[str]]
-    expected: int
-    unavailable: str | None = None  # why the setup cannot run here (then it is not started)
-    notes: list[str] = field(default_factory=list)
-
-
-def run_setup(setup: Setup, reaper: Reaper, timeout: float, cap_mb: float, grace: float = 20.0) -> dict:
-    """Run `setup` under `timeout` seconds and `cap_mb` MB of memory (PSS sum); kill whatever is left;
-    the measured figures (see module doc)."""
-    if setup.unavailable:
-        return {"name": setup.name, "failure": f"not available: {setup.unavailable}"}
-    logdir = Path(tempfile.mkdtemp(prefix="sharing-"))
-    sessions: set[int] = set()
-    sampler = Sampler(sessions, cap_mb)
-    reaper.reap()
-    orphans0, start = reaper.orphans, time.monotonic()
-    servers = [reaper.track(Proc.start(f"server{i}", c, logdir)) for i, c in enumerate(setup.servers)]
-    sessions.update(p.popen.pid for p in servers)
-    time.sleep(0.5)
-    jobs = [reaper.track(Proc.start(f"job{i}", c, logdir)) for i, c in enumerate(setup.jobs)]
-    sessions.update(p.popen.pid for p in jobs)
-    sampler.start()
-    failure = watch(servers, jobs, reaper, start + timeout, grace, sampler)
-    sampler.stop.set()
-    kill_sessions(sessions)
-    settle(reaper, sessions, servers + jobs)
-    if sampler.over:
-        failure = f"failed: over the memory cap of {cap_mb / 1024:.0f} GB (PSS sum; killed)"
-    result = summarize(setup, servers, jobs, failure, start)
-    result.update(wall=time.monotonic() - start, peak_rss_mb=sampler.peak_rss / 1024, peak_pss_mb=sampler.peak_pss / 1024)
-    result["cpu"] += reaper.orphans - orphans0
-    if result.get("failure") or result.get("notes"):
-        result["logs"] = str(logdir)  # kept for a look at what went wrong
-    else:
-        shutil.rmtree(logdir, ignore_errors=True)
-    return result
-
-
-def watch(servers: list[Proc], jobs: list[Proc], reaper: Reaper, deadline: float, grace: float,
-          sampler: Sampler) -> str | None:
-    """Wait for every job to end (then up to `grace` s for the servers); a failure message or None."""
-    jobs_done_at = None
-    while True:
-        reaper.reap()
-        if sampler.over:
-            return "failed: memory cap"
-        failed = [p for p in servers + jobs if p.status not in (None, 0)]
-        if failed:
-            return f"failed: {failed[0].name} exited {failed[0].status}: {failed[0].error()}"
-        if all(p.status is not None for p in jobs):
-            jobs_done_at = jobs_done_at or time.monotonic()
-            if all(p.status is not None for p in servers):
-                return None
-            if time.monotonic() - jobs_done_at > grace:
-                return f"server still running {grace:.0f} s after the jobs ended (killed)"
-        if time.monotonic() > deadline:
-            done = sum(p.status is not None for p in jobs)
-            hung = [p.name for p in servers + jobs if p.status is None]
-            return f"failed: timeout, {done}/{len(jobs)} jobs finished; killed {' '.join(hung)}"
-        time.sleep(0.05)
-
-
-def settle(reaper: Reaper, sessions: set[int], procs: list[Proc], wait: float = 5.0) -> None:
-    """Reap the setup's processes and their orphans until none of `sessions` is left (SIGKILL again
-    after `wait` seconds)."""
-    deadline = time.monotonic() + wait
-    while True:
-        reaper.reap()
-        alive = [pid for pid, sid in proc_table() if sid in sessions]
-        if not alive and all(p.status is not None for p in procs):
-            return
-        if time.monotonic() > deadline:
-            kill_sessions(sessions)
-            deadline = time.monotonic() + wait
-        time.sleep(0.05)
-
-
-def summarize(setup: Setup, servers: list[Proc], jobs: list[Proc], failure: str | None, start: float) -> dict:
-    """The setup's figures from its processes' RESULT lines and reaped CPU (`start`: the monotonic
-    time the setup's first process started)."""
-    results = [p.result() for p in jobs]
-    got = [r for r in results if r]
-    images = [r["images"] for r in got]
-    rates = [r["rate"] for r in got if r["rate"]]
-    epoch_rates = [r["images"] / (r["last"] - start) for r in got if r["last"] and r["last"] > start]
-    cpu = sum(p.cpu for p in servers + jobs)
-    notes = list(setup.notes)
-    if failure and not failure.startswith("failed"):
-        notes.append(failure)
-        failure = None
-    if got and len(got) < len(jobs):
-        failure = failure or f"failed: {len(jobs) - len(got)} of {len(jobs)} jobs reported nothing"
-    short = [n for n in images if n < setup.expected]
-    if short:
-        notes.append(f"short epoch: jobs got {min(images)}-{max(images)} of {setup.expected} images")
-    mean_images = sum(images) / len(images) if images else 0
-    return {"name": setup.name, "failure": failure, "jobs": len(jobs), "images": mean_images,
-            "rate_mean": sum(rates) / len(rates) if rates else None, "rate_min": min(rates) if rates else None,
-            "epoch_rate_min": min(epoch_rates) if epoch_rates else None,
-            "cpu": cpu, "server_cpu": sum(p.cpu for p in servers), "server_sys": sum(p.system for p in servers),
-            "notes": notes}
-
-
-def cpu_per_k(result: dict) -> float | None:
-    """Total CPU-seconds per 1,000 images per job."""
-    if not result.get("images"):
-        return None
-    return result["cpu"] / (result["images"] / 1000)
-
-
 # ---------------------------------------------------------------- the setups
 
 
 def job_command(python: str, role: str, args: argparse.Namespace, *extra: str) -> list[str]:
-    """A command running `role` of this script with the step options."""
-    return [python, str(Path(__file__).resolve()), "--role", role, "--step-ms", str(args.step_ms),
-            *([] if args.touch else ["--no-touch"]), *extra]
+    """A command running `role` (of _sharing_roles.py) with the step options."""
+    return [python, ROLES, role, "--step-ms", str(args.step_ms), *([] if args.touch else ["--no-touch"]), *extra]
 
 
 def independent(k: int, root: Path, args: argparse.Namespace) -> Setup:
@@ -573,14 +133,20 @@ def tensorsocket(k: int, root: Path, args: argparse.Namespace, producer_batch: i
     name = f"{tag} tensorsocket 0.0.5, producer_batch_size={producer_batch}"
     if not python:
         return Setup(name, [], [], args.expected, "no --tensorsocket-python (make one with --setup-tensorsocket DIR)")
-    server = [python, str(Path(__file__).resolve()), "--role", "tensorsocket-producer", "--dir", str(root),
-              "--workers", str(args.workers), "--ports", ports, "--consumers", str(k),
-              "--producer-batch", str(producer_batch)]
+    server = [python, ROLES, "tensorsocket-producer", "--dir", str(root), "--workers", str(args.workers),
+              "--ports", ports, "--consumers", str(k), "--producer-batch", str(producer_batch)]
     jobs = [job_command(python, "job-tensorsocket", args, "--ports", ports) for _ in range(k)]
     return Setup(name, [server], jobs, args.expected)
 
 
 # ---------------------------------------------------------------- reports
+
+
+def cpu_per_k(result: dict) -> float | None:
+    """Total CPU-seconds per 1,000 images per job."""
+    if not result.get("images"):
+        return None
+    return result["cpu"] / (result["images"] / 1000)
 
 
 def fmt(value: float | None, spec: str = ".0f") -> str:
@@ -637,38 +203,44 @@ def addresses(transport: str, count: int) -> list[str]:
 def fanout_setup(kind: str, k: int, batches: int, transport: str) -> Setup:
     """K bare consumers of one server of the preloaded batch: tensorcom's zshare, or raw ZeroMQ PUB."""
     bare = argparse.Namespace(step_ms=0, touch=False)
-    script = str(Path(__file__).resolve())
     suffix = "" if transport == "tcp" else f"+{transport}"
-    if kind == "zshare":
-        address = addresses(transport, 1)[0]
-        server = [sys.executable, script, "--role", "fanout-server", "--url", f"zshare{suffix}://{address}"]
-        jobs = [job_command(sys.executable, "job-zjoin", bare, "--url", f"zjoin{suffix}://{address}") for _ in range(k)]
+    if kind.startswith("zshare"):
+        address, shm = addresses(transport, 1)[0], "on" if kind == "zshare-shm" else "off"
+        server = [sys.executable, ROLES, "fanout-server", "--url", f"zshare{suffix}://{address}"]
+        jobs = [job_command(sys.executable, "job-zjoin", bare, "--url", f"zjoin{suffix}://{address}", "--shm", shm)
+                for _ in range(k)]
     else:
         url = ",".join(f"{transport}://{address}" for address in addresses(transport, 2))
-        server = [sys.executable, script, "--role", "fanout-raw-server", "--url", url]
+        server = [sys.executable, ROLES, "fanout-raw-server", "--url", url]
         jobs = [job_command(sys.executable, "job-raw", bare, "--url", url) for _ in range(k)]
     server += ["--batches", str(batches), "--consumers", str(k)]
     return Setup(f"fan-out {kind} {transport} K={k}", [server], jobs, batches * BATCH)
 
 
-FANOUT_KINDS = {"zshare": "tensorcom.serve -> zshare (1 worker)", "raw": "raw pyzmq PUB, zero-copy"}
+FANOUT_KINDS = {"zshare-shm": "tensorcom.serve -> zshare (1 worker), shared-memory handoff",
+                "zshare": "tensorcom.serve -> zshare (1 worker), frames through the socket",
+                "raw": "raw pyzmq PUB, zero-copy"}
 
 
 def fanout(ks: list[int], batches: int, args: argparse.Namespace, reaper: Reaper) -> str:
-    """Server CPU per extra consumer per GB delivered to it, for zshare and for raw ZeroMQ PUB."""
+    """Server CPU per extra consumer per GB delivered to it, for zshare and for raw ZeroMQ PUB (the
+    floor of a ZeroMQ transport); then zshare's figures over the floor's."""
     gb = batches * BATCH * SIZE * SIZE * 3 / 1e9
+    transports = args.fanout_transports.split(",")
+    figures: dict[tuple[str, str, int], tuple[float, float | None, float]] = {}
     head = ("| server | consumers | server CPU-s (of which system) | server CPU-s per GB delivered | consumer CPU-s "
             "per GB | extra server CPU per extra consumer, % of one core at 1 GB/s | notes |")
     lines = [f"fan-out: {batches} batches of {BATCH * SIZE * SIZE * 3 / 1e6:.1f} MB = {gb:.2f} GB per consumer",
              head, "|---|---:|---:|---:|---:|---:|---|"]
-    for kind, transport in [(kind, t) for t in args.fanout_transports.split(",") for kind in FANOUT_KINDS]:
+    for kind, transport in [(kind, t) for t in transports for kind in FANOUT_KINDS]:
         name = f"{FANOUT_KINDS[kind]}, {transport}"
-        if kind == "zshare" and args.zshare_missing:
+        if kind.startswith("zshare") and args.zshare_missing:
             lines.append(f"| {name} | | not available: {args.zshare_missing} | | | | |")
             continue
         base = None
         for k in ks:
-            r = run_setup(fanout_setup(kind, k, batches, transport), reaper, args.timeout, args.max_memory_mb)
+            r = cheapest([run_setup(fanout_setup(kind, k, batches, transport), reaper, args.timeout, args.max_memory_mb)
+                          for _ in range(args.repeats)])
             if r.get("failure") and not r.get("images"):
                 lines.append(f"| {name} | {k} | {r['failure']} | | | | |")
                 continue
@@ -676,10 +248,45 @@ def fanout(ks: list[int], batches: int, args: argparse.Namespace, reaper: Reaper
             base = r["server_cpu"] if k == 1 else base
             extra = (r["server_cpu"] - base) / ((k - 1) * gb) * 100 if base is not None and k > 1 else None
             notes = "; ".join(([r["failure"]] if r.get("failure") else []) + r["notes"])
+            figures[kind, transport, k] = (r["server_cpu"] / delivered, extra, r["server_cpu"])
             lines.append(f"| {name} | {k} | {r['server_cpu']:.2f} ({r['server_sys']:.2f}) | "
                          f"{r['server_cpu'] / delivered:.3f} | {(r['cpu'] - r['server_cpu']) / delivered:.3f} | "
                          f"{fmt(extra, '.1f')} | {notes} |")
-    return "\n".join(lines)
+        slope = fitted_slope({k: figures[kind, transport, k][2] for k in ks if (kind, transport, k) in figures})
+        if slope is not None:
+            lines.append(f"| {name} | least-squares slope over K | | | | {slope / gb * 100:.1f} | |")
+    return "\n".join(lines + [""] + fanout_ratios(figures, ks, transports))
+
+
+def fitted_slope(cpu_by_k: dict[int, float]) -> float | None:
+    """The least-squares slope of server CPU-s against K (CPU-s per extra consumer), over every K
+    measured: less sensitive to one noisy run than the difference to K = 1; None with < 2 points."""
+    if len(cpu_by_k) < 2:
+        return None
+    ks, cpus = np.array(list(cpu_by_k), float), np.array(list(cpu_by_k.values()))
+    return float(np.polyfit(ks, cpus, 1)[0])
+
+
+def cheapest(runs: list[dict]) -> dict:
+    """Of repeated fan-out runs, the complete one whose server used least CPU (interference from other
+    work only adds CPU), else the first."""
+    complete = [r for r in runs if not r.get("failure")]
+    return min(complete, key=lambda r: r["server_cpu"]) if complete else runs[0]
+
+
+def fanout_ratios(figures: dict, ks: list[int], transports: list[str]) -> list[str]:
+    """Each zshare kind's (server CPU-s per GB delivered, extra CPU per extra consumer) over raw PUB's,
+    per transport and K (rows where either did not run are left out)."""
+    lines = ["| zshare | transport | consumers | zshare/raw server CPU-s per GB delivered | "
+             "zshare/raw extra CPU per extra consumer |", "|---|---|---:|---:|---:|"]
+    for kind in ("zshare-shm", "zshare"):
+        for transport in transports:
+            for k in ks:
+                ours, floor = figures.get((kind, transport, k)), figures.get(("raw", transport, k))
+                if ours and floor:
+                    cells = f"{ratio(ours[0], floor[0])} | {ratio(ours[1], floor[1])}"
+                    lines.append(f"| {kind} | {transport} | {k} | {cells} |")
+    return lines
 
 
 # ---------------------------------------------------------------- set-up of tensorsocket's venv
@@ -733,23 +340,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-memory-gb", type=float, default=8.0,
                         help="kill a setup whose processes' PSS sum passes this (default 8; the machine is shared)")
     parser.add_argument("--setup-tensorsocket", metavar="DIR", help="make the tensorsocket venv at DIR and exit")
-    for hidden in ("--role", "--dir", "--url", "--ports", "--seed"):
-        parser.add_argument(hidden, help=argparse.SUPPRESS)
-    parser.add_argument("--consumers", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--batches", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.step = Step(args.step_ms, args.touch)
     args.max_memory_mb = args.max_memory_gb * 1024
-    args.seed = int(args.seed or 0)
     return args
-
-
-def load_pipeline_benchmark():
-    """benchmarks/pipeline.py as a module (its make_dataset writes and reuses the JPEG folder)."""
-    spec = importlib.util.spec_from_file_location("pipeline_benchmark", Path(__file__).with_name("pipeline.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def setups(k: int, root: Path, args: argparse.Namespace) -> list[tuple[str, Setup]]:
@@ -769,16 +362,13 @@ def better(new: dict, old: dict | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.role:
-        ROLES[args.role](args)
-        return 0
     if args.setup_tensorsocket:
         return setup_tensorsocket(Path(args.setup_tensorsocket))
     ks = [int(k) for k in (args.ks or ("1,2" if args.quick else "1,2,4")).split(",")]
     count = args.images or (640 if args.quick else 3000)
     args.timeout = args.timeout or (120 if args.quick else 300)
     fanout_batches = (100 if args.quick else 400) if args.fanout_batches is None else args.fanout_batches
-    root = load_pipeline_benchmark().make_dataset(count) / "train"
+    root = make_dataset(count) / "train"
     args.expected = count
     args.zshare_missing = zshare_missing()
     print(f"{count} JPEGs in {root}; K = {ks}; W = {args.workers}; step: {'read every byte, ' if args.touch else ''}"

@@ -5,11 +5,12 @@ marker was lost."""
 
 from __future__ import annotations
 
-import threading
+import time
 
 import numpy as np
 import pytest
 import zmq
+from sharing_threads import ids_batch, serve_in_thread  # tests/transport/sharing_threads.py
 
 from tensorcom import Connection, wire
 from tensorcom.errors import DecodeError, Detached, RecvTimeout, Undelivered
@@ -18,25 +19,6 @@ from tensorcom.transport.hub import Hub
 from tensorcom.transport.security import Curve, create_key_pair
 
 pytestmark = pytest.mark.net
-
-
-def ids_batch(start: int, n: int = 4) -> dict:
-    return {"id": np.arange(start, start + n, dtype=np.int32)}
-
-
-def serve_in_thread(conn: Connection, batches: int, errors: list) -> threading.Thread:
-    def run():
-        try:
-            for i in range(batches):
-                conn.send(ids_batch(4 * i))
-            conn.end_epoch()
-            conn.close(linger=10)
-        except Exception as exc:  # reported to the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def take(conn: Connection) -> list[int]:
@@ -215,3 +197,20 @@ def test_hub_input_keeps_held_messages_in_order_and_ends_an_epoch_whose_marker_w
         assert hub.close(timeout=10)["undelivered"] == {}
     finally:
         hub.abort()
+
+
+def test_a_server_whose_consumers_all_left_still_ends_its_stream_on_close(free_port):
+    """With the replay buffer full and no consumer left, the book takes nothing from the input; the
+    producer's finish must still be read, or close() would wait forever."""
+    url = f"127.0.0.1:{free_port()}"
+    server = Connection(f"zshare://{url}", replay=2)
+    consumer = Connection(f"zjoin://{url}")
+    for i in range(5):
+        server.send(ids_batch(4 * i))
+    server.end_epoch()
+    assert take(consumer) == list(range(20))
+    consumer.close()  # leaves: nobody holds the buffer's items any more
+    time.sleep(0.5)  # the leave is read before the finish
+    started = time.monotonic()
+    server.close(linger=30)
+    assert time.monotonic() - started < 10

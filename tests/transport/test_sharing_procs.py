@@ -84,9 +84,11 @@ def test_split_union_is_every_id_without_duplicates(peers):
         assert all(ids_of(out, epoch) for _, out in consumers)  # everyone had a share
 
 
-@pytest.mark.parametrize("scheme", ["zshare", "zsplit"])
-def test_a_consumer_killed_mid_epoch_does_not_stop_the_others(peers, scheme):
-    server = peers.server(scheme, "--batches", "80", "--min-consumers", "3", "--liveness", "2")
+@pytest.mark.parametrize("scheme, pad", [("zshare", 0), ("zsplit", 0), ("zshare", 1 << 17), ("zsplit", 1 << 17)],
+                         ids=["zshare", "zsplit", "zshare-shared-memory", "zsplit-shared-memory"])
+def test_a_consumer_killed_mid_epoch_does_not_stop_the_others(peers, scheme, pad):
+    # pad: bytes of filler per batch; 128 KiB batches reach consumers through shared memory
+    server = peers.server(scheme, "--batches", "80", "--min-consumers", "3", "--liveness", "2", "--pad", str(pad))
     consumers = [peers.consumer("--every", "0.02", "--liveness", "2") for _ in range(3)]
     victim, victim_out = consumers[0]
     deadline = time.monotonic() + 20

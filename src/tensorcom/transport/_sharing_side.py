@@ -20,7 +20,9 @@ from tensorcom.transport.hub import sharing_mode
 from tensorcom.transport.joiner import PASS_END, Joiner
 from tensorcom.transport.share_server import ShareServer, check_delivered
 
-SHARING_OPTIONS = ("min_consumers", "replay", "policy", "credit", "batch_size", "observe")
+SHARING_OPTIONS = ("min_consumers", "replay", "policy", "credit", "batch_size", "observe", "shm")
+CONSUMER_OPTIONS = ("credit", "batch_size", "observe", "shm")  # what a zjoin Connection passes on
+SERVER_OPTIONS = ("min_consumers", "replay", "policy", "shm")  # what a zshare/zsplit Connection passes on
 
 
 class SharingSide:
@@ -45,7 +47,7 @@ class SharingSide:
                 self._joiner = Joiner(endpoints, context=self._context, name=self.sender, liveness=self.liveness,
                                       timeout=self.timeout, max_message_size=self.max_message_size,
                                       secure=self._secure_socket(False),
-                                      **{k: options[k] for k in ("credit", "batch_size", "observe") if k in options})
+                                      **{k: options[k] for k in CONSUMER_OPTIONS if k in options})
         except BaseException:
             self._abandon_sharing()
             raise
@@ -58,7 +60,7 @@ class SharingSide:
         address = f"inproc://tensorcom-share-{secrets.token_hex(8)}"
         self._server = ShareServer(endpoints, sharing_mode(endpoints), address, context=self._context,
                                    liveness=self.liveness, secure=self._secure_socket(True),
-                                   **{k: options[k] for k in ("min_consumers", "replay", "policy") if k in options})
+                                   **{k: options[k] for k in SERVER_OPTIONS if k in options})
         self._server.start()
         self.socket = sockets.make_socket(self._context, "PUSH", sndhwm=max(self.sndhwm, 1), rcvhwm=self.rcvhwm,
                                           timeout=None, max_message_size=None)

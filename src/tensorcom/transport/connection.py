@@ -36,7 +36,9 @@ import os
 import secrets
 import socket as _socket
 import sys
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
+
+import zmq
 
 from tensorcom import settings, urls, wire
 from tensorcom.errors import TransportError
@@ -51,7 +53,6 @@ from tensorcom.transport.resume import Consumption, save_state
 from tensorcom.transport.stats import SequenceTracker, Statistics
 
 DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
-EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -90,7 +91,8 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
     Sharing schemes (docs/transport.md, "One pipeline, many jobs"): a zshare/zsplit server takes
     min_consumers (wait for that many before the first batch), replay (batches kept for slow and late
     consumers) and policy ("pace" or "detach"); a zjoin consumer takes credit (batches prefetched),
-    batch_size (rebatch to this many samples) and observe (status reports only).
+    batch_size (rebatch to this many samples) and observe (status reports only); shm (both sides; None:
+    on this host unless $TENSORCOM_SHM=0, True: ask, False: never) hands batches over in shared memory.
     Security (docs/security.md): curve (a tensorcom.transport.security.Curve; default: the
     $TENSORCOM_CURVE_* variables, none when unset) secures every socket with ZeroMQ CURVE.
     Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive (ZMTP heartbeats);
@@ -107,7 +109,7 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
                  group_size: int = 1, senders: int = 1, topic: str = "", share: wire.Share | None = None,
                  min_consumers: int = 1, replay: int | None = None, policy: str | None = None,
                  credit: int | None = None, batch_size: int | None = None, observe: bool = False,
-                 liveness: float | None = 10.0, curve: Any = None):
+                 liveness: float | None = 10.0, curve: Any = None, shm: bool | None = None):
         _check_options(protocol, timeout, group, liveness)
         self.epoch, self.total = _check_int("epoch", epoch, 1), total
         self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
@@ -121,6 +123,7 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         self.senders = _check_int("senders", senders, 1)
         limit = settings.max_message_size() if max_message_size is None else max_message_size
         self.max_message_size = _check_int("max_message_size", limit, 1)
+        self._max_plain_values = settings.max_plain_values()  # read once, not per message
         self._timeout_hint = ""  # ZeroMQ drops a frame over the limit without telling the receiver
         if limit < settings.DEFAULT_MAX_MESSAGE_SIZE:
             self._timeout_hint = (f" (a message with a frame over max_message_size={limit} bytes is "
@@ -130,7 +133,8 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         self.curve = curve  # a transport.security.Curve; None: from $TENSORCOM_CURVE_* when set
         self._releases: list = []  # what security.secure returned, called after the sockets close
         self.sharing = {k: v for k, v in (("min_consumers", min_consumers), ("replay", replay), ("policy", policy),
-                                          ("credit", credit), ("batch_size", batch_size), ("observe", observe))
+                                          ("credit", credit), ("batch_size", batch_size), ("observe", observe),
+                                          ("shm", shm))
                         if v is not None}
         self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.socket = None
@@ -294,9 +298,11 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         if topic:
             frames = [topic.encode(), *frames]
         sock = self._live_socket()
-        with sockets.translated(self.url, self.timeout, "send"):
+        try:
             for _ in range(times):
                 sock.send_multipart(frames, copy=copy)
+        except zmq.ZMQError as exc:
+            raise sockets.translate(exc, self.url, self.timeout, "send")
         return nbytes
 
     def end_epoch(self) -> None:
@@ -330,50 +336,6 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
                 next_report += report
         self.end_epoch()
         return sent
-
-    # ---- receiving ----------------------------------------------------------------------------
-
-    def _next_batch(self) -> Any:
-        """The next batch (the raw frames when `raw`), or EPOCH_END when a marker completes the
-        epoch; markers that do not complete it are recorded and skipped."""
-        if self._joiner is not None:
-            return self._next_joined(EPOCH_END)
-        while True:
-            message = self._next_message()
-            if self.raw:
-                return message
-            if message.kind != "end_of_epoch":
-                return self._accept(message)
-            if self._note_marker(message):
-                return EPOCH_END
-
-    def recv(self) -> Any:
-        """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
-        when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
-        batch = self._next_batch()
-        while batch is EPOCH_END:
-            batch = self._next_batch()
-        return batch
-
-    def items(self, report: int | None = None) -> Iterator[Any]:
-        """Iterate over the batches of one epoch (see the module docstring for when it ends).
-        `report` > 0 (default: the constructor's) prints statistics to stderr every `report` samples."""
-        report = self.report if report is None else report
-        yielded, next_report = 0, report
-        while yielded < self.epoch:
-            if 0 < self.total <= self.count:
-                return
-            batch = self._next_batch()
-            if batch is EPOCH_END:
-                return
-            yielded += 1
-            if report > 0 and self.count >= next_report:
-                print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
-                next_report += report
-            yield batch
-
-    def __iter__(self) -> Iterator[Any]:
-        return self.items()
 
     # ---- resume ---------------------------------------------------------------------------------
 

@@ -4,10 +4,14 @@ Every message between a sharing server and a consumer starts with one control fr
 `CONTROL_MAGIC` then a msgpack map whose "k" names the kind. A batch's control frame is followed by the
 frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the whole protocol).
 
-    consumer -> server   join {name, credit, observe}, ack {upto}, leave {}
-    server -> consumer   welcome {server, mode, epoch, pos, credit}, batch {n, epoch, pos} + wire frames,
+    consumer -> server   join {name, credit, observe, shm?}, ack {upto}, leave {}, shm {ok}
+    server -> consumer   welcome {server, mode, epoch, pos, shm?}, batch {n, epoch, pos} + wire frames
+                         (or batch {n, epoch, pos, shm: reference}, no frames: _shm),
                          end {epoch, batches}, detached {why}, status {consumers}, bye {}
-    producer -> server   finish {} (in-process input: the stream ends after what was sent before)
+    producer -> server   finish {ends?} (on the server's input: the stream ends after what was sent
+                         before, or once `ends` epochs have ended)
+
+`located(error, where)` puts the URL (and which message) before a DecodeError's text.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ KINDS = {  # kind -> required fields and the types they must have
     "join": {"name": str, "credit": int},
     "ack": {"upto": int},
     "leave": {},
+    "shm": {"ok": bool},
     "welcome": {"server": str, "mode": str, "epoch": int, "pos": int},
     "batch": {"n": int, "epoch": int, "pos": int},
     "end": {"epoch": int, "batches": int},
@@ -71,5 +76,12 @@ def _check(kind: str, fields: dict, error: Any) -> None:
         raise error(f"unknown control kind {kind!r}")
     for name, expected in KINDS[kind].items():
         value = fields.get(name)
-        if not isinstance(value, expected) or isinstance(value, bool):
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
             raise error(f"control {kind!r} needs {name!r} of type {expected.__name__}, got {value!r}")
+
+
+def located(error: DecodeError, where: str) -> DecodeError:
+    """`error` again (its class and frame index kept) with `where` (a URL, what message) before its text."""
+    named = type(error)(f"{where}: {error}")
+    named.index = error.index
+    return named

@@ -8,18 +8,19 @@ One DEALER socket per server (brace expansion joins several). On connecting (and
 the consumer sends `join` with its credit (prefetch depth); the server answers `welcome` (its id, the
 mode, the epoch and position the consumer starts at: `joined_at`), then sends at most `credit`
 unacknowledged batches; the consumer acknowledges each batch when it hands it to its caller (with
-`batch_size`, when it enters the rebatching buffer, which holds fewer than `batch_size` samples more). A pass ends when every server that
-took part in it (had a session during it) has sent its epoch's `end`; a server whose end came first
-is not read from meanwhile, so its next epoch waits in its queue.
+`batch_size`, when it enters the rebatching buffer, which holds fewer than `batch_size` samples
+more); a malformed one too, handing its caller a DecodeError naming the server's URL. A pass ends
+when every server that took part in it (had a session during it) has sent its epoch's `end`; a
+server whose end came first is not read from meanwhile, so its next epoch waits in its queue.
 
 Liveness: ZMTP heartbeats on each socket and a socket monitor. When a server's connection closes
 (killed, host vanished, network dropped), what it had sent is still read; then its session is over
-(a new session starts with the next welcome: a restarted server, or a reconnect). When the pass is waiting only on servers whose session ended,
-`next()` raises PeerLost naming them; a restarted server is a new session (a new id) in the next
-pass. Between passes, a consumer that had servers and has none alive for `liveness` seconds raises
-PeerLost too; one that never had a server waits (a job started before its server). A server that
-finished its stream (`bye`) ends the consumer's iteration with PeerLost saying so. `detached`
-raises Detached with the server's reason.
+(a new session starts with the next welcome: a restarted server, or a reconnect). When the pass is
+waiting only on servers whose session ended, `next()` raises PeerLost naming them; a restarted
+server is a new session (a new id) in the next pass. Between passes, a consumer that had servers and
+has none alive for `liveness` seconds raises PeerLost too; one that never had a server waits (a job
+started before its server). A server that finished its stream (`bye`) ends the consumer's iteration
+with PeerLost saying so. `detached` raises Detached with the server's reason.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tensorcom import wire
-from tensorcom.errors import Detached, PeerLost, RecvTimeout
+from tensorcom import settings, wire
+from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
 from tensorcom.transport import envelope
-from tensorcom.transport._heartbeats import apply_heartbeats
-from tensorcom.transport._sockets import translated
+from tensorcom.transport._shm import Reader
+from tensorcom.transport._sockets import set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
+from tensorcom.transport.sharing import check_positive
 
 PASS_END = object()
 POLL_MS = 100
@@ -56,7 +58,8 @@ class _Link:
         self.lost: str | None = None  # id of a server whose session ended during the pass
         self.finished = False  # the server said bye
         self.joined_at: tuple[int, int] | None = None
-        self.received = 0  # the last delivery number received in this session
+        self.shm_wanted = False  # ask for the shared-memory handoff in `join`
+        self.shm_prefix: str | None = None  # the session's server hands batches over in shared memory
 
     def send(self, kind: str, **fields: Any) -> None:
         try:
@@ -74,41 +77,48 @@ class Joiner:
 
     def __init__(self, endpoints: list, *, context: zmq.Context, name: str, credit: int = 4,
                  batch_size: int | None = None, liveness: float | None = 10.0, timeout: float | None = None,
-                 max_message_size: int | None = None, observe: bool = False, secure: Any = None):
-        if isinstance(credit, bool) or not isinstance(credit, int) or credit < 1:
-            raise ValueError(f"credit must be an int >= 1, got {credit!r}")
-        self.name, self.credit, self.observe = name, credit, observe
+                 max_message_size: int | None = None, observe: bool = False, secure: Any = None,
+                 shm: bool | None = None):
+        self.name, self.credit, self.observe = name, check_positive("credit", credit), observe
         self.liveness, self.timeout, self.max_message_size = liveness, timeout, max_message_size
+        self.max_plain_values = settings.max_plain_values()  # read once, not per batch
         self.rebatcher = None if batch_size is None else Rebatcher(batch_size)
         self.status: list[dict] = []  # the last status report (observers)
-        self.dropped = 0  # messages of ended sessions dropped
         self.links: list[_Link] = []
+        self._poller = zmq.Poller()  # every link's monitor; its socket while its pass has not ended
         self._ready: list = []  # rebatched batches waiting to be handed out
         self._no_server_since: float | None = None
         self._template: Any = None  # the last received message, for rebatched ones' metadata
+        self._shm_choice = shm  # None: ask servers on this host (loopback, ipc) unless $TENSORCOM_SHM says no
+        self._reader = Reader()
         try:
             for endpoint in endpoints:
-                self.links.append(self._open(endpoint, context, secure))
+                self._open(endpoint, context, secure)
         except BaseException:
             self.close(leave=False)
             raise
 
-    def _open(self, endpoint: Any, context: zmq.Context, secure: Any) -> _Link:
+    def _open(self, endpoint: Any, context: zmq.Context, secure: Any) -> None:
+        """Add a link to `endpoint`: a DEALER socket and its monitor (closed by close() from the
+        moment they exist), connected, with a join on its way."""
         sock = context.socket(zmq.DEALER)
         sock.linger = 0
         sock.sndhwm = sock.rcvhwm = 0  # the server's credit bounds what is queued
-        apply_heartbeats(sock, self.liveness)
+        set_heartbeats(sock, self.liveness)
         if secure is not None:
             secure(sock)
         monitor = sock.get_monitor_socket(_EVENTS)
         link = _Link(endpoint, sock, monitor)
+        link.shm_wanted = not self.observe and wants_shared_memory(self._shm_choice, endpoint)
+        self.links.append(link)
+        self._poller.register(monitor, zmq.POLLIN)
         with translated(endpoint.url, action="connect"):
             sock.connect(endpoint.zmq_address)
         self._join(link)
-        return link
 
     def _join(self, link: _Link) -> None:
-        link.send("join", name=self.name, credit=self.credit, observe=self.observe)
+        offer = {"shm": True} if link.shm_wanted else {}
+        link.send("join", name=self.name, credit=self.credit, observe=self.observe, **offer)
 
     @property
     def joined_at(self) -> dict[str, tuple[int, int] | None]:
@@ -125,7 +135,6 @@ class Joiner:
             return batch
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            self._watch_links()
             if self._pass_complete():
                 return self._end_pass()
             self._check_lost()
@@ -134,35 +143,39 @@ class Joiner:
                 return result
 
     def _poll_once(self, deadline: float | None) -> Any:
-        poller = zmq.Poller()
+        """Wait (at most POLL_MS) for the links; apply connection events, then read one message of
+        the first link that has one (a link with events is read in the next round): a batch, or None."""
         for link in self.links:
-            poller.register(link.monitor, zmq.POLLIN)
-            if not link.ended:
-                poller.register(link.sock, zmq.POLLIN)
+            self._poller.register(link.sock, 0 if link.ended else zmq.POLLIN)  # 0: unregistered
         wait = POLL_MS if deadline is None else max(0, min(POLL_MS, int((deadline - time.monotonic()) * 1000)))
-        ready = dict(poller.poll(wait))
+        ready = dict(self._poller.poll(wait))
+        result = None
         for link in self.links:
-            if link.sock in ready and link.monitor not in ready:
+            if link.monitor in ready:
+                self._watch(link)
+            elif result is None and link.sock in ready:
                 result = self._take(link)
-                if result is not None:
-                    return result
-        if deadline is not None and time.monotonic() >= deadline:
+            self._end_session_if_gone(link)
+        if result is None and deadline is not None and time.monotonic() >= deadline:
             raise RecvTimeout(f"nothing received within {self.timeout} s", self.url)
-        return None
+        return result
 
     @property
     def url(self) -> str:
         return ",".join(link.url for link in self.links)
 
     def _take(self, link: _Link) -> Any:
-        """Read one message of `link`; a batch ready for the caller, or None."""
+        """Read one message of `link`; a batch ready for the caller, or None. DecodeError naming the
+        server's URL for a malformed message."""
         frames = link.sock.recv_multipart(copy=False)
-        meta = envelope.decode(frames[0].buffer)
+        try:
+            meta = envelope.decode(frames[0].buffer)
+        except DecodeError as exc:
+            raise envelope.located(exc, f"{link.url}: server message") from exc
         kind = meta["k"]
         if kind == "welcome":
             return self._welcome(link, meta)
-        if link.server is None:  # from a session that is over
-            self.dropped += 1
+        if link.server is None:  # from a session that is over: dropped
             return None
         if kind == "batch":
             return self._batch(link, meta, frames[1:])
@@ -180,19 +193,38 @@ class Joiner:
         previous = link.lost or (link.server if link.server != meta["server"] else None)
         previous_lost = link.in_pass and not link.ended and previous is not None
         link.lost = previous
-        link.server, link.received, link.finished = meta["server"], 0, False
+        link.server, link.finished = meta["server"], False
         link.joined_at = (meta["epoch"], meta["pos"])
+        link.shm_prefix = Reader.accepts(meta["shm"]) if link.shm_wanted and "shm" in meta else None
+        if link.shm_wanted and "shm" in meta:
+            link.send("shm", ok=link.shm_prefix is not None)
         if previous_lost:
             self._raise_lost([link])
         link.in_pass = True
 
     def _batch(self, link: _Link, meta: dict, frames: list) -> Any:
-        message = wire.decode_message([f.buffer for f in frames], max_size=self.max_message_size)
-        link.received = meta["n"]
+        """Acknowledge batch n (also when it turns out malformed: the error is what the caller gets
+        for it, and the server's credit goes on) and decode it. A batch handed over in shared memory
+        is copied out first: once acknowledged, its segment may be reused."""
+        try:
+            if "shm" in meta and not frames and link.shm_prefix is not None:
+                views = self._reader.read(meta["shm"], link.shm_prefix)
+            else:
+                views = [f.buffer for f in frames]
+        except DecodeError as exc:
+            link.send("ack", upto=meta["n"])
+            raise envelope.located(exc, f"{link.url}: batch {meta['n']}'s shared-memory reference") from exc
         link.send("ack", upto=meta["n"])
+        try:
+            message = wire.decode_message(views, max_size=self.max_message_size, max_plain_values=self.max_plain_values)
+        except DecodeError as exc:  # its frames are numbered from the first after the control frame
+            raise envelope.located(exc, f"{link.url}: batch {meta['n']}'s wire message") from exc
         if self.rebatcher is None:
             return message
-        self.rebatcher.push(message.batch)
+        try:
+            self.rebatcher.push(message.batch)
+        except ValueError as exc:  # a batch that cannot be cut into samples: name where it came from
+            raise ValueError(f"{link.url}: batch {meta['n']}: {exc}") from exc
         self._template = message
         return self._rebatched(self.rebatcher.pop()[0])
 
@@ -204,7 +236,6 @@ class Joiner:
         one report per consumer (name, epoch, pos, lag, samples_per_s, credit, free)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            self._watch_links()
             result = self._poll_once(None)
             if result is not None:  # not an observer after all: keep the batch for next()
                 self._ready.append(result)
@@ -212,19 +243,25 @@ class Joiner:
 
     # ---- passes and liveness ------------------------------------------------------------------
 
-    def _watch_links(self) -> None:
-        """Apply the monitors' events: connections up and down, re-join after a reconnect."""
-        for link in self.links:
-            while link.monitor.poll(0):
-                event = recv_monitor_message(link.monitor)["event"]
-                if event == zmq.EVENT_CONNECTED:
-                    link.connected, link.connects = True, link.connects + 1
-                    if link.connects > 1:
-                        self._join(link)
-                else:  # disconnected or closed: the session ends once its queue is read
-                    link.connected = False
-            if link.server is not None and not link.connected and not link.sock.poll(0):
-                link.lost, link.server = link.server, None
+    def _watch(self, link: _Link) -> None:
+        """Apply `link`'s connection events: up and down, re-join after a reconnect."""
+        while True:
+            try:
+                event = recv_monitor_message(link.monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event == zmq.EVENT_CONNECTED:
+                link.connected, link.connects = True, link.connects + 1
+                if link.connects > 1:
+                    self._join(link)
+            else:  # disconnected or closed: the session ends once its queue is read
+                link.connected = False
+
+    @staticmethod
+    def _end_session_if_gone(link: _Link) -> None:
+        """A session whose connection closed is over once what it had sent was read."""
+        if link.server is not None and not link.connected and not link.sock.poll(0):
+            link.lost, link.server = link.server, None
 
     def _pass_complete(self) -> bool:
         taking_part = [link for link in self.links if link.in_pass]
@@ -277,7 +314,26 @@ class Joiner:
         for link in self.links:
             if leave and link.server is not None:
                 link.send("leave")
+            # stop the monitor first (as the server does): a lingering socket whose monitor socket is
+            # closed under it may never send what it still holds
+            link.sock.disable_monitor()
             link.monitor.close(linger=0)
             link.sock.close(linger=1000 if leave else 0)  # the last acks and the leave get out
         self.links = []
+        self._poller = zmq.Poller()
+        self._reader.close()
+
+
+def wants_shared_memory(choice: bool | None, endpoint: Any) -> bool:
+    """Whether a consumer asks the server at `endpoint` for the shared-memory handoff: `choice` when
+    given, else when $TENSORCOM_SHM allows it and the server is on this host by its address (ipc, or
+    tcp to a loopback address). The server's probe decides whether it is really used."""
+    if choice is not None:
+        return bool(choice)
+    if not settings.shared_memory():
+        return False
+    if endpoint.transport != "tcp":
+        return True
+    host = endpoint.address.rsplit(":", 1)[0].strip("[]").lower()
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 

@@ -7,19 +7,18 @@ joined (`zjoin://`) as `tensorcom.transport.sharing` decides (share: everyone, s
     ... producers send wire messages to input_address (a PUSH socket), then envelope "finish" ...
     result = server.wait(timeout=None)    # {"undelivered": {...}, "consumers": [...], ...}
 
-Input: protocol-2 wire messages (batches and end-of-epoch markers) from one in-process producer (a
-Connection on `inproc://`), from the serving workers of `tensorcom.serve` (`ipc://`) or from Ray actors
-(`tcp://`, tensorcom.ray); their markers are counted with an `EpochBook` (a group of N workers ends an
-epoch after N markers), and each epoch's end becomes one item of the served stream. The batches taken
-of each share (stream, epoch, worker) are counted, so that a restarted worker can take its share over
-where its predecessor stopped (`handover`). Batches are forwarded as the frames received, so one
-encoding reaches every consumer (zero-copy fan-out). The control frame `finish` (optionally with
-"ends": epochs to wait for first) ends the stream; batches sent after the last marker get an end.
+Input: protocol-2 wire messages from one in-process producer (a Connection on `inproc://`), from the
+serving workers of `tensorcom.serve` (`ipc://`) or from Ray actors (`tcp://`, tensorcom.ray); how they
+become the served stream (epochs, handover of a restarted worker's share, `finish`) is in
+`_share_input`. Batches are forwarded as the frames received, so one encoding reaches every consumer
+(zero-copy fan-out); a consumer on the server's host that accepted the shared-memory handoff gets a
+reference to one copy in shared memory instead (`_shm`).
 
 Liveness: ZMTP heartbeats on the ROUTER (ZeroMQ's I/O thread answers them while Python is busy), and
 a socket monitor: when a consumer's connection closes (killed, vanished, network dropped) it is
 removed within the liveness timeout, and in split mode its unacknowledged batches go to others.
-A message that is not the protocol (bad magic, bad fields) is counted in `rejected` and ignored.
+A consumer's message that is not the protocol (bad magic, bad fields) is counted in `rejected` and
+ignored; a malformed input message stops the thread (wait() raises DecodeError naming the input).
 """
 
 from __future__ import annotations
@@ -32,27 +31,19 @@ from typing import Any, Iterable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tensorcom import wire
-from tensorcom.errors import DecodeError, TransportError, Undelivered
+from tensorcom import settings
+from tensorcom.errors import DecodeError, Undelivered
 from tensorcom.transport import envelope
-from tensorcom.transport._heartbeats import apply_heartbeats
-from tensorcom.transport._sockets import translated
-from tensorcom.transport.batches import batch_size
-from tensorcom.transport.epochs import EpochBook, Verdict
-from tensorcom.transport.resume import ResumePlan
-from tensorcom.transport.sharing import Item, Send, make_book
+from tensorcom.transport._share_input import StreamInput
+from tensorcom.transport._shm import Arena
+from tensorcom.transport._sockets import set_heartbeats, translate, translated
+from tensorcom.transport.epochs import EpochBook
+from tensorcom.transport.sharing import Send, make_book
 
 POLL_MS = 50
 BYE_LINGER = 2.0  # seconds the last messages to live consumers get to leave after the stream ended
 STATUS_INTERVAL = 1.0  # seconds between status messages to observers
 _GONE = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
-
-
-def _samples(batch: Any) -> int:
-    try:
-        return batch_size(batch)
-    except TypeError:
-        return 0
 
 
 def check_delivered(result: dict, url: str) -> None:
@@ -63,7 +54,7 @@ def check_delivered(result: dict, url: str) -> None:
         raise Undelivered(f"{sum(undelivered.values())} batches were not delivered ({what})", url, undelivered)
 
 
-class ShareServer:
+class ShareServer(StreamInput):
     """A sharing server thread (module docstring). `endpoints`: the binding zshare/zsplit Endpoints;
     `mode`: "share" or "split"; `input_address`: where the thread binds its PULL input (inproc or
     ipc); book options: min_consumers, replay, policy; `liveness`: seconds (heartbeat timeout);
@@ -71,10 +62,12 @@ class ShareServer:
 
     def __init__(self, endpoints: list, mode: str, input_address: str, *, context: zmq.Context,
                  min_consumers: int = 1, replay: int = 16, policy: str = "pace", liveness: float | None = 10.0,
-                 input_hwm: int = 2, secure: Any = None):
+                 input_hwm: int = 2, secure: Any = None, shm: bool | None = None):
         self.book = make_book(mode, min_consumers=min_consumers, replay=replay, policy=policy)
+        self.max_plain_values = settings.max_plain_values()  # read once, not per input message
         self.url = ",".join(e.url for e in endpoints)
         self.server_id = secrets.token_hex(6)
+        self.arena = _arena(self.server_id, settings.shared_memory() if shm is None else shm)
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.rejected = 0  # messages from peers that were not the protocol
@@ -90,16 +83,18 @@ class ShareServer:
         self._epoch: int | None = None  # the served stream's epoch (the first input message's)
         self._pos = 0
         self._finish_after: int | None = None  # ends to wait for before the stream ends
+        self._ahead: list | None = None  # an input message read ahead while the book took nothing
         self._ends = 0
         self._items = 0  # items added to the served stream
         self._next_status = 0.0
         self._thread: threading.Thread | None = None
         self._sockets: list = []
+        self._poller = zmq.Poller()  # the router and the monitor always; the input while the book takes items
         try:
             self.router = self._own(context.socket(zmq.ROUTER))
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.router.sndhwm = self.router.rcvhwm = 0  # credit bounds what is queued
-            apply_heartbeats(self.router, liveness)
+            set_heartbeats(self.router, liveness)
             if secure is not None:
                 secure(self.router)
             self.monitor = self._own(self.router.get_monitor_socket(_GONE))
@@ -115,6 +110,8 @@ class ShareServer:
         except BaseException:
             self._close_sockets()
             raise
+        self._poller.register(self.router, zmq.POLLIN)
+        self._poller.register(self.monitor, zmq.POLLIN)
 
     def _own(self, sock: Any) -> Any:
         sock.linger = 0
@@ -137,8 +134,9 @@ class ShareServer:
             if self._thread.is_alive():
                 self.stop.set()
                 self._thread.join()
-        else:
+        else:  # never started
             self._close_sockets()
+            self.result = self._outcome()
         if self.error is not None:
             raise self.error
         return self.result
@@ -147,27 +145,6 @@ class ShareServer:
         """Stop now (whatever is not delivered is counted in the result)."""
         self.stop.set()
         return self.wait()
-
-    @property
-    def input_epoch(self) -> int | None:
-        """The epoch the input is in (its earlier epochs have ended); None before the first message."""
-        return self._epoch
-
-    def handover(self, stream: str, worker: int, workers: int, *, first_epoch: int = 0,
-                 retire: Iterable[str] = ()) -> ResumePlan:
-        """Give share `worker` of `workers` of `stream` to a new sender (a restarted worker): the sender
-        that sent it so far and the senders `retire` (which may not have been heard from yet) are
-        retired, so whatever still arrives from them is dropped; returns the new sender's plan: from
-        the input's current epoch (`first_epoch` before any input) on, skip the batches of the share
-        taken so far, and end each of those epochs again (the retired sender's markers are forgotten).
-        Safe from any thread: every input message is either counted here or dropped."""
-        with self._input_lock:
-            current = self._input_epochs.slots.get((stream, worker))
-            for sender in {*retire, current} - {None}:
-                self._input_epochs.retire(sender)
-            epoch = first_epoch if self._epoch is None else self._epoch
-            skips = {(e, w): n for (s, e, w), n in self.received.items() if s == stream and w == worker and e >= epoch}
-            return ResumePlan(stream, workers, epoch, skips)
 
     # ---- the thread -------------------------------------------------------------------------
 
@@ -184,26 +161,26 @@ class ShareServer:
         except BaseException as exc:  # reported to the caller by wait()
             self.error = exc
         finally:
-            self.result = {"undelivered": self.book.undelivered(), "consumers": self.book.reports(),
-                           "lost": self.lost, "rejected": self.rejected,
-                           "reassigned": getattr(self.book, "reassigned", 0)}
+            self.result = self._outcome()
             self._close_sockets()
+
+    def _outcome(self) -> dict:
+        """wait()'s result, from the book and the counts."""
+        return {"undelivered": self.book.undelivered(), "consumers": self.book.reports(), "lost": self.lost,
+                "rejected": self.rejected, "reassigned": self.book.reassigned}
 
     def _step(self) -> None:
         """One round: poll, take what arrived, send what the book allows."""
-        poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
-        if self.book.can_take():
-            poller.register(self.input, zmq.POLLIN)
-        for peer, why in getattr(self.book, "take_detached", list)():
+        taking = self.book.can_take()
+        self._poller.register(self.input, zmq.POLLIN if taking or self._ahead is None else 0)  # 0: unregistered
+        for peer, why in self.book.take_detached():
             self._send(peer, [envelope.encode("detached", why=why)])
-        ready = dict(poller.poll(POLL_MS))
+        ready = dict(self._poller.poll(POLL_MS))
         if self.monitor in ready:
             self._on_monitor()
         if self.router in ready:
             self._on_consumer()
-        if self.input in ready:
+        if self.input in ready or self._input_epochs.backlog or (taking and self._ahead is not None):
             self._on_input()
         self._deliver()
         self._maybe_status()
@@ -216,6 +193,9 @@ class ShareServer:
         item = send.item
         if item.is_end:
             return [envelope.encode("end", epoch=item.epoch, batches=item.pos)]
+        ref = self.arena.ref(send.peer, item) if self.arena is not None else None
+        if ref is not None:  # a consumer on this host: the batch lies in shared memory
+            return [envelope.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos, shm=ref)]
         return [envelope.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos), *item.frames]
 
     def _send(self, peer: Any, frames: list) -> None:
@@ -224,7 +204,7 @@ class ShareServer:
             self.router.send_multipart([peer, *frames], copy=False)
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
-                raise TransportError(f"send to a consumer failed: {exc.strerror}", self.url) from exc
+                raise translate(exc, self.url, action="send to a consumer")
             self._forget(peer, lost=True)
 
     def _broadcast(self, frame: bytes) -> None:
@@ -237,6 +217,8 @@ class ShareServer:
             self.lost += lost
         self._observers.discard(peer)
         self._fds.pop(peer, None)
+        if self.arena is not None:
+            self.arena.forget(peer)
 
     def _on_monitor(self) -> None:
         while self.monitor.poll(0):
@@ -246,94 +228,40 @@ class ShareServer:
                 self._forget(peer, lost=True)
 
     def _on_consumer(self) -> None:
-        while self.router.poll(0):
-            frames = self.router.recv_multipart(copy=False)
+        for frames in _waiting(self.router):
             peer = frames[0].bytes
             try:
-                self._handle(peer, frames[1], envelope.decode(frames[1].buffer) if len(frames) == 2 else None)
+                if len(frames) != 2:
+                    raise DecodeError("a consumer message has exactly one frame", 0, "frame")
+                self._handle(peer, frames[1], envelope.decode(frames[1].buffer))
             except DecodeError:
                 self.rejected += 1
 
-    def _handle(self, peer: bytes, frame: Any, meta: dict | None) -> None:
-        if meta is None:
-            raise DecodeError("a consumer message has exactly one frame", 0, "frame")
+    def _handle(self, peer: bytes, frame: Any, meta: dict) -> None:
         kind = meta["k"]
-        if kind == "join" and peer not in self.book.consumers and peer not in self._observers:
-            self._fds[peer] = frame.get(zmq.SRCFD)
-            if meta.get("observe"):
-                self._observers.add(peer)
-                welcome = (self.book.mode, self.book.epoch, self.book.pos)
-            else:
-                joined = self.book.join(peer, meta["name"], meta["credit"])
-                welcome = (joined.mode, joined.epoch, joined.pos)
-            self._send(peer, [envelope.encode("welcome", server=self.server_id, mode=welcome[0],
-                                              epoch=welcome[1], pos=welcome[2])])
+        if kind == "join":
+            if peer not in self.book.consumers and peer not in self._observers:  # a repeated join is ignored
+                self._welcome(peer, frame.get(zmq.SRCFD), meta)
         elif kind == "ack":
             self.book.ack(peer, meta["upto"])
         elif kind == "leave":
             self._forget(peer, lost=False)
-        elif kind not in ("join",):
+        elif kind == "shm" and self.arena is not None:
+            self.arena.accept(peer, meta["ok"])
+        else:
             raise DecodeError(f"a consumer may not send {kind!r}", 0, "frame")
 
-    def _on_input(self) -> None:
-        while self.book.can_take() and self.input.poll(0):
-            frames = self.input.recv_multipart(copy=False)
-            with self._input_lock:
-                if envelope.is_control(frames[0].buffer):
-                    self._on_finish(envelope.decode(frames[0].buffer))
-                    continue
-                self._admit(frames, wire.decode_message([f.buffer for f in frames]))
-                while self.book.can_take() and (held := self._input_epochs.release()) is not None:
-                    self._admit(held[0], held[1])
-
-    def _admit(self, frames: list, message: Any) -> None:
-        """One input message through the input's epoch book: batches become items, a completed
-        epoch becomes an end item."""
-        verdict = self._input_epochs.admit(_Input(frames, message))
-        if verdict in (Verdict.HOLD, Verdict.DROP):
-            return
-        if self._epoch is None:
-            self._epoch = message.epoch or 0
-        if message.kind == "batch":
-            samples = _samples(message.batch)
-            self._add(Item(self._items, self._epoch, self._pos, frames, samples, message.nbytes))
-            self._pos += 1
-            self._input_epochs.delivered(message)
-            self._count(message, samples)
-        elif self._input_epochs.marker(message):
-            self._end_epoch()
-
-    def _count(self, message: Any, samples: int) -> None:
-        """Count a batch taken from the input, per share when it has one (for handover)."""
-        self.input_batches, self.input_samples = self.input_batches + 1, self.input_samples + samples
-        if message.share is not None and message.epoch is not None:
-            key = (message.share.stream, message.epoch, message.share.worker)
-            self.received[key] = self.received.get(key, 0) + 1
-
-    def _add(self, item: Item) -> None:
-        self.book.add(item)
-        self._items += 1
-
-    def _end_epoch(self) -> None:
-        self._add(Item(self._items, self._epoch or 0, self._pos))
-        self._ends += 1
-        self._epoch, self._pos = (self._epoch or 0) + 1, 0
-        self.received = {key: n for key, n in self.received.items() if key[1] >= self._epoch}
-        if self._finish_after is not None and self._ends >= self._finish_after:
-            self.book.end_stream()
-
-    def _on_finish(self, meta: dict) -> None:
-        """The producer's `finish`: end the stream now (an open epoch gets its end first), or once
-        meta["ends"] epochs have ended."""
-        if meta["k"] != "finish":
-            raise DecodeError(f"unexpected control {meta['k']!r} on the input", 0, "frame")
-        ends = meta.get("ends")
-        if isinstance(ends, int) and self._ends < ends:
-            self._finish_after = ends
-            return
-        if self._pos:
-            self._end_epoch()
-        self.book.end_stream()
+    def _welcome(self, peer: bytes, fd: int, meta: dict) -> None:
+        """A new consumer (or observer) joined over connection `fd`: tell it where it starts."""
+        self._fds[peer] = fd
+        if meta.get("observe"):
+            self._observers.add(peer)
+            mode, epoch, pos = self.book.mode, self.book.epoch, self.book.pos
+        else:
+            joined = self.book.join(peer, meta["name"], meta["credit"])
+            mode, epoch, pos = joined.mode, joined.epoch, joined.pos
+        offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self.arena is not None else {}
+        self._send(peer, [envelope.encode("welcome", server=self.server_id, mode=mode, epoch=epoch, pos=pos, **offer)])
 
     def _maybe_status(self) -> None:
         now = time.monotonic()
@@ -350,16 +278,23 @@ class ShareServer:
         for sock in self._sockets:
             sock.close(linger=0)
         self._sockets = []
+        if self.arena is not None:
+            self.arena.close()
 
 
-class _Input:
-    """An input message as the input's EpochBook sees it (sender, share, kind...), with its frames."""
+def _arena(server_id: str, wanted: bool) -> Arena | None:
+    """The shared-memory arena of a server that offers the handoff, or None (not wanted, or shared
+    memory cannot be created here: consumers then get frames)."""
+    if not wanted:
+        return None
+    try:
+        return Arena(server_id)
+    except OSError:
+        return None
 
-    def __init__(self, frames: list, message: Any):
-        self.frames, self.message = frames, message
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.message, name)
-
-    def __getitem__(self, index: int) -> Any:
-        return (self.frames, self.message)[index]
+def _waiting(sock: zmq.Socket) -> Iterable[list]:
+    """The messages waiting on `sock` (zmq.Frame lists), without blocking (asking the socket's events
+    first: cheaper than the zmq.Again of an empty socket, once per consumer message)."""
+    while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        yield sock.recv_multipart(zmq.NOBLOCK, copy=False)

@@ -1,0 +1,154 @@
+"""The input side of a sharing server (a mixin of ShareServer): the stream it serves, taken from
+its input socket. Protocol-2 wire messages (batches and end-of-epoch markers) come from one producer
+or a group of serving workers; their markers are counted with an `EpochBook` (a group of N workers
+ends an epoch after N markers), and each epoch's end becomes one item of the served stream. The
+batches taken of each share (stream, epoch, worker) are counted, so that a restarted worker can take
+its share over where its predecessor stopped (`handover`). The control frame `finish` (optionally
+with "ends": epochs to wait for first) ends the stream; batches sent after the last marker get an end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+import zmq
+
+from tensorcom import wire
+from tensorcom.errors import DecodeError
+from tensorcom.transport import envelope
+from tensorcom.transport.batches import batch_size
+from tensorcom.transport.epochs import Verdict
+from tensorcom.transport.resume import ResumePlan
+from tensorcom.transport.sharing import Item
+
+
+class StreamInput:
+    """ShareServer's input methods; the server provides book, input, input_address, max_plain_values,
+    and the counters its __init__ sets (_input_epochs, _input_lock, received, _epoch, _pos, _items,
+    _ends, _finish_after, input_batches, input_samples, _ahead: the input message read ahead)."""
+
+    @property
+    def input_epoch(self) -> int | None:
+        """The epoch the input is in (its earlier epochs have ended); None before the first message."""
+        return self._epoch
+
+    def handover(self, stream: str, worker: int, workers: int, *, first_epoch: int = 0,
+                 retire: Iterable[str] = ()) -> ResumePlan:
+        """Give share `worker` of `workers` of `stream` to a new sender (a restarted worker): the sender
+        that sent it so far and the senders `retire` (which may not have been heard from yet) are
+        retired, so whatever still arrives from them is dropped; returns the new sender's plan: from
+        the input's current epoch (`first_epoch` before any input) on, skip the batches of the share
+        taken so far, and end each of those epochs again (the retired sender's markers are forgotten).
+        Safe from any thread: every input message is either counted here or dropped."""
+        with self._input_lock:
+            current = self._input_epochs.slots.get((stream, worker))
+            for sender in {*retire, current} - {None}:
+                self._input_epochs.retire(sender)
+            epoch = first_epoch if self._epoch is None else self._epoch
+            skips = {(e, w): n for (s, e, w), n in self.received.items() if s == stream and w == worker and e >= epoch}
+            return ResumePlan(stream, workers, epoch, skips)
+
+    def _on_input(self) -> None:
+        """Take input messages while the book takes items: first those the input's epoch book
+        released (they arrived earlier), then new ones. While the book takes nothing, one message is
+        still read ahead: a `finish` is acted on at once (a stream whose consumers all left, with a
+        full replay buffer, must still end), a batch waits in `_ahead` until the book takes again."""
+        while True:
+            if self._ahead is None:
+                try:
+                    self._ahead = self.input.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    self._ahead = None
+            ahead = self._ahead
+            if ahead is not None and envelope.is_control(ahead[0].buffer) and not self._input_epochs.backlog:
+                self._ahead = None
+                with self._input_lock:
+                    self._take(ahead)
+                continue
+            if not self.book.can_take():
+                return
+            with self._input_lock:
+                held = self._input_epochs.release()
+                if held is not None:
+                    self._admit(held)
+                    continue
+                if ahead is None:
+                    return
+                self._ahead = None
+                self._take(ahead)
+
+    def _take(self, frames: list) -> None:
+        """One message read from the input: the producer's `finish`, or a wire message to admit."""
+        try:
+            if envelope.is_control(frames[0].buffer):
+                self._on_finish(envelope.decode(frames[0].buffer))
+            else:
+                views = [f.buffer for f in frames]
+                self._admit(_Input.of(frames, wire.decode_message(views, max_plain_values=self.max_plain_values)))
+        except DecodeError as exc:
+            raise envelope.located(exc, f"{self.input_address}: input message") from exc
+
+    def _admit(self, message: _Input) -> None:
+        """One input message through the input's epoch book: batches become items, a completed
+        epoch becomes an end item. A batch that shows its sender's marker was lost ends that epoch
+        first (the epoch book gives the batch back through release())."""
+        verdict = self._input_epochs.admit(message)
+        if verdict in (Verdict.HOLD, Verdict.DROP):
+            return
+        if verdict is Verdict.LOST_MARKER:
+            message = self._input_epochs.stand_in
+        if self._epoch is None:
+            self._epoch = message.epoch or 0
+        if message.kind == "batch":
+            samples = batch_size(message.batch)
+            self._add(Item(self._items, self._epoch, self._pos, message.frames, samples, message.nbytes))
+            self._pos += 1
+            self._input_epochs.delivered(message)
+            self._count(message, samples)
+        elif self._input_epochs.marker(message):
+            self._end_epoch()
+
+    def _count(self, message: Any, samples: int) -> None:
+        """Count a batch taken from the input, per share when it has one (for handover)."""
+        self.input_batches, self.input_samples = self.input_batches + 1, self.input_samples + samples
+        if message.share is not None and message.epoch is not None:
+            key = (message.share.stream, message.epoch, message.share.worker)
+            self.received[key] = self.received.get(key, 0) + 1
+
+    def _add(self, item: Item) -> None:
+        self.book.add(item)
+        self._items += 1
+
+    def _end_epoch(self) -> None:
+        self._add(Item(self._items, self._epoch or 0, self._pos))
+        self._ends += 1
+        self._epoch, self._pos = (self._epoch or 0) + 1, 0
+        self.received = {key: n for key, n in self.received.items() if key[1] >= self._epoch}
+        if self._finish_after is not None and self._ends >= self._finish_after:
+            self.book.end_stream()
+
+    def _on_finish(self, meta: dict) -> None:
+        """The producer's `finish`: end the stream now (an open epoch gets its end first), or once
+        meta["ends"] epochs have ended."""
+        if meta["k"] != "finish":
+            raise DecodeError(f"unexpected control {meta['k']!r} on the input", 0, "frame")
+        ends = meta.get("ends")
+        if isinstance(ends, int) and self._ends < ends:
+            self._finish_after = ends
+            return
+        if self._pos:
+            self._end_epoch()
+        self.book.end_stream()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Input(wire.Message):
+    """A decoded input message, as the input's EpochBook sees it, with the `frames` it came in (what
+    the consumers are sent)."""
+
+    frames: Any = None
+
+    @classmethod
+    def of(cls, frames: list, message: wire.Message) -> _Input:
+        return cls(**vars(message), frames=frames)
