@@ -30,8 +30,9 @@ Measured per setup and K, in one run:
     shared pages out fairly), sampled from /proc every 0.25 s; MB.
 A setup that crashes, hangs (--timeout per setup; every process tree is killed at the end), passes
 --max-memory-gb (PSS sum; killed: the machine is shared) or delivers fewer images than an epoch has
-is reported as such: that is its result. With --repeats R the setups run R interleaved times (each fan-out run R times, the run whose server used least CPU kept) and
-the run whose slowest job was fastest is kept.
+is reported as such: that is its result. With --repeats R the setups run R interleaved times and
+the run whose slowest job was fastest is kept (each fan-out setup runs R times, and the run whose
+server used least CPU is kept).
 
 Then the fan-out cost of zshare: one `tensorcom.serve(..., "zshare://...", workers=1,
 min_consumers=K)` server of a preloaded synthetic batch (9.6 MB) feeding K = 1, 2, 4 consumers that do
