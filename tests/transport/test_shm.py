@@ -11,6 +11,7 @@ import os
 import struct
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +21,7 @@ from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.p
 from tensorcom import Connection, wire
 from tensorcom.errors import DecodeError
 from tensorcom.transport import envelope
-from tensorcom.transport._shm import HEADER, MAGIC, MIN_BYTES, Arena, Reader
-from tensorcom.transport.joiner import wants_shared_memory
+from tensorcom.transport._shm import HEADER, MAGIC, MAX_FREE, MIN_BYTES, Arena, Reader, wants_handoff
 from tensorcom.urls import parse
 
 pytestmark = pytest.mark.net
@@ -116,7 +116,7 @@ def test_a_client_that_asks_is_offered_the_probe_and_gets_references_only_after_
     sock = raw_client(url, {"shm": True})
     welcome = envelope.decode(sock.recv())
     offer = welcome["shm"]
-    probe = open(f"/dev/shm/{offer['name']}", "rb").read()  # what §7.8 says lies there
+    probe = Path(f"/dev/shm/{offer['name']}").read_bytes()  # what §7.8 says lies there
     assert probe[: len(MAGIC) + 16] == MAGIC + bytes.fromhex(offer["token"])
     if answer is not None:
         sock.send(envelope.encode("shm", ok=answer))
@@ -128,7 +128,7 @@ def test_a_client_that_asks_is_offered_the_probe_and_gets_references_only_after_
         meta = envelope.decode(frames[0])
         if answer is True:  # a reference: no frames; the segment holds the wire message at the offsets
             assert len(frames) == 1 and meta["shm"]["seg"].startswith(offer["name"][: -len("probe")])
-            data = open(f"/dev/shm/{meta['shm']['seg']}", "rb").read()
+            data = Path(f"/dev/shm/{meta['shm']['seg']}").read_bytes()
             assert data[:8] == MAGIC and struct.unpack("<Q", data[8:16])[0] == meta["shm"]["gen"]
             frames = [data[offset: offset + size] for offset, size in meta["shm"]["frames"]]
         else:
@@ -156,6 +156,18 @@ def test_small_batches_go_as_frames_even_to_a_consumer_that_reads_shared_memory(
     assert consumer.recv()["id"].tolist() == list(range(8))
     assert consumer._joiner.links[0].shm_prefix is not None
     assert len(share.arena._placed) == 1  # only the batch of MIN_BYTES or more was placed
+    consumer.close()
+    server.close(linger=10)
+
+
+def test_a_server_whose_consumers_never_ask_makes_no_shared_memory(free_port):
+    url = f"127.0.0.1:{free_port()}"
+    server = Connection(f"zshare://{url}")
+    consumer = Connection(f"zjoin://{url}", shm=False)
+    share = server._server
+    server.send(image_batch(0))
+    assert consumer.recv()["id"].tolist() == list(range(8))
+    assert share.arena is None and segments_of(share.server_id) == []
     consumer.close()
     server.close(linger=10)
 
@@ -211,6 +223,17 @@ def test_bad_references_are_decode_errors_and_a_reused_segment_is_never_read_tor
         arena.close()
 
 
+def test_batches_of_growing_sizes_leave_at_most_max_free_segments_behind():
+    arena = Arena("growing00001")
+    try:
+        arena.accept("peer", True)
+        for i in range(3 * MAX_FREE):  # each batch 64 KiB larger than the last: no free segment fits it
+            assert arena.ref("peer", _Item([b"x" * (MIN_BYTES * (i + 1))])) is not None  # released at once
+        assert len(arena._free) <= MAX_FREE and len(segments_of("growing00001")) <= MAX_FREE + 1  # + the probe
+    finally:
+        arena.close()
+
+
 def test_a_consumer_process_that_exits_leaves_the_servers_segments_alone(free_port, popen, tmp_path):
     url = f"127.0.0.1:{free_port()}"
     server = Connection(f"zshare://{url}", min_consumers=1)
@@ -235,8 +258,8 @@ def test_a_consumer_process_that_exits_leaves_the_servers_segments_alone(free_po
                                                ("zjoin://10.1.2.3:7880", False), ("zjoin+ipc:///tmp/x", True)])
 def test_consumers_ask_for_the_handoff_only_from_servers_on_this_host_unless_told(address, expected):
     endpoint = parse(address)
-    assert wants_shared_memory(None, endpoint) is expected
-    assert wants_shared_memory(True, endpoint) is True and wants_shared_memory(False, endpoint) is False
+    assert wants_handoff(None, endpoint) is expected
+    assert wants_handoff(True, endpoint) is True and wants_handoff(False, endpoint) is False
 
 
 def test_a_killed_servers_segments_are_unlinked_by_its_resource_tracker(free_port, popen):

@@ -59,7 +59,7 @@ class StreamInput:
                 try:
                     self._ahead = self.input.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
-                    self._ahead = None
+                    pass
             ahead = self._ahead
             if ahead is not None and envelope.is_control(ahead[0].buffer) and not self._input_epochs.backlog:
                 self._ahead = None

@@ -27,10 +27,12 @@ import mmap
 import os
 import secrets
 import struct
+import warnings
 import weakref
 from multiprocessing import shared_memory
 from typing import Any
 
+from tensorcom import settings
 from tensorcom.errors import DecodeError
 
 try:  # CPython's POSIX shared memory (what multiprocessing.shared_memory uses)
@@ -43,6 +45,7 @@ HEADER = 64  # bytes before the first frame
 MIN_BYTES = 1 << 16  # smaller batches go as frames: copying them costs less than a segment kept for them
 GRANULE = 1 << 16  # segment sizes are rounded up to this, so segments are reused across batch sizes
 MAX_OPEN = 64  # segments a reader keeps mapped
+MAX_FREE = 16  # free segments the server keeps for reuse
 TOKEN_BYTES = 16
 
 
@@ -89,10 +92,10 @@ def _discard(segment: shared_memory.SharedMemory) -> None:
 
 
 class _Placement:
-    """A batch written into a segment: the reference consumers are sent."""
+    """A batch written into a segment: the segment, and the reference consumers are sent."""
 
     def __init__(self, segment: shared_memory.SharedMemory, generation: int, spans: list):
-        self.segment, self.generation = segment, generation
+        self.segment = segment
         self.ref = {"seg": segment.name.lstrip("/"), "gen": generation, "frames": spans}
 
 
@@ -137,22 +140,24 @@ class Arena:
                 placement = self._place(item.frames)
             except OSError as exc:  # /dev/shm full or forbidden: every consumer gets frames from now on
                 self.failed = f"shared memory unavailable: {exc}"
+                warnings.warn(f"sharing server {self.prefix[:-1]}: {self.failed}; consumers get frames", stacklevel=2)
                 return None
             self._placed[id(item)] = placement
             weakref.finalize(item, self._release, id(item))
         return placement.ref
 
     def _place(self, frames: list) -> _Placement:
-        sizes = [memoryview(f.buffer if hasattr(f, "buffer") else f).nbytes for f in frames]
-        segment = self._segment(HEADER + sum(sizes))
+        """Write `frames` (zmq.Frames or bytes-like) into a segment, generation 0 while writing."""
+        views = [memoryview(f.buffer if hasattr(f, "buffer") else f).cast("B") for f in frames]
+        segment = self._segment(HEADER + sum(v.nbytes for v in views))
         generation = next(self._generations)
         buf = segment.buf
-        buf[8:16] = bytes(8)  # generation 0 while the frames are written
+        buf[8:16] = bytes(8)
         spans, offset = [], HEADER
-        for frame, size in zip(frames, sizes):
-            buf[offset : offset + size] = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
-            spans.append([offset, size])
-            offset += size
+        for view in views:
+            buf[offset : offset + view.nbytes] = view
+            spans.append([offset, view.nbytes])
+            offset += view.nbytes
         buf[8:16] = struct.pack("<Q", generation)
         return _Placement(segment, generation, spans)
 
@@ -170,9 +175,16 @@ class Arena:
         return segment
 
     def _release(self, key: int) -> None:
+        """A placed batch is no longer needed: its segment is free again, or unlinked when MAX_FREE
+        segments are free already (batch sizes that changed must not leave /dev/shm growing)."""
         placement = self._placed.pop(key, None)
-        if placement is not None and placement.segment in self._all:
+        if placement is None or placement.segment not in self._all:
+            return
+        if len(self._free) < MAX_FREE:
             self._free.append(placement.segment)
+        else:
+            self._all.remove(placement.segment)
+            _discard(placement.segment)
 
     def close(self) -> None:
         """Unlink every segment (consumers that still map one keep their mapping until they drop it)."""
@@ -248,6 +260,20 @@ class Reader:
         for segment in self._open.values():
             segment.close()
         self._open = {}
+
+
+def wants_handoff(choice: bool | None, endpoint: Any) -> bool:
+    """Whether a consumer asks the server at `endpoint` for the handoff: `choice` when given, else
+    when $TENSORCOM_SHM allows it and the server is on this host by its address (ipc, or tcp to a
+    loopback address). The server's probe decides whether it is really used."""
+    if choice is not None:
+        return bool(choice)
+    if not settings.shared_memory():
+        return False
+    if endpoint.transport != "tcp":
+        return True
+    host = endpoint.address.rsplit(":", 1)[0].strip("[]").lower()
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def _check_ref(ref: Any, prefix: str) -> tuple[str, int, list]:

@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 from tensorcom import settings, wire
 from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
 from tensorcom.transport import envelope
-from tensorcom.transport._shm import Reader
+from tensorcom.transport._shm import Reader, wants_handoff
 from tensorcom.transport._sockets import set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
 from tensorcom.transport.sharing import check_positive
@@ -109,7 +109,7 @@ class Joiner:
             secure(sock)
         monitor = sock.get_monitor_socket(_EVENTS)
         link = _Link(endpoint, sock, monitor)
-        link.shm_wanted = not self.observe and wants_shared_memory(self._shm_choice, endpoint)
+        link.shm_wanted = not self.observe and wants_handoff(self._shm_choice, endpoint)
         self.links.append(link)
         self._poller.register(monitor, zmq.POLLIN)
         with translated(endpoint.url, action="connect"):
@@ -195,8 +195,9 @@ class Joiner:
         link.lost = previous
         link.server, link.finished = meta["server"], False
         link.joined_at = (meta["epoch"], meta["pos"])
-        link.shm_prefix = Reader.accepts(meta["shm"]) if link.shm_wanted and "shm" in meta else None
-        if link.shm_wanted and "shm" in meta:
+        link.shm_prefix = None
+        if link.shm_wanted and "shm" in meta:  # the server offers the handoff: take it if its probe reads
+            link.shm_prefix = Reader.accepts(meta["shm"])
             link.send("shm", ok=link.shm_prefix is not None)
         if previous_lost:
             self._raise_lost([link])
@@ -206,15 +207,18 @@ class Joiner:
         """Acknowledge batch n (also when it turns out malformed: the error is what the caller gets
         for it, and the server's credit goes on) and decode it. A batch handed over in shared memory
         is copied out first: once acknowledged, its segment may be reused."""
+        unreadable = None
         try:
             if "shm" in meta and not frames and link.shm_prefix is not None:
                 views = self._reader.read(meta["shm"], link.shm_prefix)
             else:
                 views = [f.buffer for f in frames]
         except DecodeError as exc:
-            link.send("ack", upto=meta["n"])
-            raise envelope.located(exc, f"{link.url}: batch {meta['n']}'s shared-memory reference") from exc
+            unreadable = exc
         link.send("ack", upto=meta["n"])
+        if unreadable is not None:
+            where = f"{link.url}: batch {meta['n']}'s shared-memory reference"
+            raise envelope.located(unreadable, where) from unreadable
         try:
             message = wire.decode_message(views, max_size=self.max_message_size, max_plain_values=self.max_plain_values)
         except DecodeError as exc:  # its frames are numbered from the first after the control frame
@@ -322,18 +326,3 @@ class Joiner:
         self.links = []
         self._poller = zmq.Poller()
         self._reader.close()
-
-
-def wants_shared_memory(choice: bool | None, endpoint: Any) -> bool:
-    """Whether a consumer asks the server at `endpoint` for the shared-memory handoff: `choice` when
-    given, else when $TENSORCOM_SHM allows it and the server is on this host by its address (ipc, or
-    tcp to a loopback address). The server's probe decides whether it is really used."""
-    if choice is not None:
-        return bool(choice)
-    if not settings.shared_memory():
-        return False
-    if endpoint.transport != "tcp":
-        return True
-    host = endpoint.address.rsplit(":", 1)[0].strip("[]").lower()
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-

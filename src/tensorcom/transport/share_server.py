@@ -26,6 +26,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+import warnings
 from typing import Any, Iterable
 
 import zmq
@@ -67,7 +68,8 @@ class ShareServer(StreamInput):
         self.max_plain_values = settings.max_plain_values()  # read once, not per input message
         self.url = ",".join(e.url for e in endpoints)
         self.server_id = secrets.token_hex(6)
-        self.arena = _arena(self.server_id, settings.shared_memory() if shm is None else shm)
+        self._offers_shm = settings.shared_memory() if shm is None else shm
+        self.arena: Arena | None = None  # made when the first consumer asks for the handoff
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.rejected = 0  # messages from peers that were not the protocol
@@ -260,7 +262,7 @@ class ShareServer(StreamInput):
         else:
             joined = self.book.join(peer, meta["name"], meta["credit"])
             mode, epoch, pos = joined.mode, joined.epoch, joined.pos
-        offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self.arena is not None else {}
+        offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self._has_arena() else {}
         self._send(peer, [envelope.encode("welcome", server=self.server_id, mode=mode, epoch=epoch, pos=pos, **offer)])
 
     def _maybe_status(self) -> None:
@@ -274,23 +276,24 @@ class ShareServer(StreamInput):
             for peer in list(self._observers):
                 self._send(peer, [frame])
 
+    def _has_arena(self) -> bool:
+        """Whether the server offers the handoff, making its arena on first use (no shared memory, and
+        no resource-tracker process, for a server whose consumers never ask)."""
+        if self.arena is None and self._offers_shm:
+            try:
+                self.arena = Arena(self.server_id)
+            except OSError as exc:
+                self._offers_shm = False
+                warnings.warn(f"sharing server {self.server_id}: shared memory unavailable ({exc}); consumers "
+                              "get frames", stacklevel=2)
+        return self.arena is not None
+
     def _close_sockets(self) -> None:
         for sock in self._sockets:
             sock.close(linger=0)
         self._sockets = []
         if self.arena is not None:
             self.arena.close()
-
-
-def _arena(server_id: str, wanted: bool) -> Arena | None:
-    """The shared-memory arena of a server that offers the handoff, or None (not wanted, or shared
-    memory cannot be created here: consumers then get frames)."""
-    if not wanted:
-        return None
-    try:
-        return Arena(server_id)
-    except OSError:
-        return None
 
 
 def _waiting(sock: zmq.Socket) -> Iterable[list]:
