@@ -230,7 +230,8 @@ def run_setup(setup: Setup, reaper: Reaper, timeout: float, cap_mb: float, grace
     if sampler.over:
         failure = f"failed: over the memory cap of {cap_mb / 1024:.0f} GB (PSS sum; killed)"
     result = summarize(setup, servers, jobs, failure, start)
-    result.update(wall=time.monotonic() - start, peak_rss_mb=sampler.peak_rss / 1024, peak_pss_mb=sampler.peak_pss / 1024)
+    result.update(wall=time.monotonic() - start, peak_rss_mb=sampler.peak_rss / 1024,
+                  peak_pss_mb=sampler.peak_pss / 1024)
     result["cpu"] += reaper.orphans - orphans0
     if result.get("failure") or result.get("notes"):
         result["logs"] = str(logdir)  # kept for a look at what went wrong

@@ -64,8 +64,8 @@ class Tally:
         rate = (self.images - self.first_images) / span if span > 0 else None
         usage = resource.getrusage(resource.RUSAGE_SELF)
         print("RESULT " + json.dumps({"batches": self.batches, "images": self.images, "rate": rate,
-                                      "first": self.first, "last": self.last, "own_cpu": usage.ru_utime + usage.ru_stime,
-                                      **extra}), flush=True)
+                                      "first": self.first, "last": self.last,
+                                      "own_cpu": usage.ru_utime + usage.ru_stime, **extra}), flush=True)
 
 
 def job_pipeline(args: argparse.Namespace) -> None:
@@ -132,8 +132,8 @@ def tensorsocket_producer(args: argparse.Namespace) -> None:
 
     ports = [int(p) for p in args.ports.split(",")]
     pipeline = dir_pipeline(args.dir, batch_size=BATCH, size=SIZE, workers=args.workers, seed=args.seed, dedicated=True)
-    producer = TensorProducer(TorchBatches(pipeline), port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]),
-                              producer_batch_size=int(args.producer_batch))
+    producer = TensorProducer(TorchBatches(pipeline), port=ports[0], ack_port=ports[1],
+                              heart_ports=(ports[2], ports[3]), producer_batch_size=int(args.producer_batch))
     while len(producer.hb.consumers) < args.consumers:
         time.sleep(0.1)
     for _ in producer:

@@ -143,7 +143,8 @@ def serving_table(best: dict, workers: list[int]) -> str:
             row = best[(kind, w)]
             ratios = (f"{row['rate'] / base['rate']:.2f} | {row['steady_ms'] / base['steady_ms']:.3f}" if kind == "ray"
                       else "1.00 | 1.000")
-            lines.append(f"| {w} | {name} | {row['rate']:.0f} | {row['steady_ms']:.2f} | {row['total_ms']:.2f} | {ratios} |")
+            lines.append(f"| {w} | {name} | {row['rate']:.0f} | {row['steady_ms']:.2f} | {row['total_ms']:.2f} | "
+                         f"{ratios} |")
     return "\n".join(lines)
 
 
@@ -222,9 +223,10 @@ def fan_in_once(fan: int, mode: str, total: int) -> dict:
 
 
 def fan_in_table(results: dict, fans: list[int]) -> str:
-    lines = [f"| senders | into | batches/s | GB/s | consumer CPU ms/batch | hub CPU ms/batch | GB/s vs {fans[0]} senders |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
-    for mode, name in (("direct", "zpull Connection (direct)"), ("hub", "sharing server -> zjoin (tensorcom.ray's path)")):
+    lines = [f"| senders | into | batches/s | GB/s | consumer CPU ms/batch | hub CPU ms/batch | GB/s vs {fans[0]} "
+             "senders |", "|---:|---|---:|---:|---:|---:|---:|"]
+    modes = (("direct", "zpull Connection (direct)"), ("hub", "sharing server -> zjoin (tensorcom.ray's path)"))
+    for mode, name in modes:
         base = results[(fans[0], mode)]["gbps"]
         for fan in fans:
             row = results[(fan, mode)]
@@ -286,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nic-gbit", type=float, default=25.0, help="trainer NIC, Gbit/s")
     parser.add_argument("--cores", type=int, default=32, help="cores per augmentation machine")
     parser.add_argument("--usable", type=float, default=0.85, help="share of those cores for augmentation")
-    parser.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[2000, 5000, 10000, 20000, 40000],
-                        help="trainer img/s to model")
+    parser.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[2000, 5000, 10000, 20000, 40000], help="trainer img/s to model")
     parser.add_argument("--skip-fan-in", action="store_true")
     args = parser.parse_args(argv)
     count = args.images or (640 if args.quick else 3000)

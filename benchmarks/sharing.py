@@ -114,7 +114,9 @@ def zshare_missing() -> str | None:
         text = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60, cwd=ROOT).stdout
     except subprocess.TimeoutExpired:
         return "serve-imagenet-dir --help timed out"
-    return None if "--min-consumers" in text else "serve-imagenet-dir has no --min-consumers (zshare not implemented yet)"
+    if "--min-consumers" in text:
+        return None
+    return "serve-imagenet-dir has no --min-consumers (zshare not implemented yet)"
 
 
 def shared(k: int, root: Path, args: argparse.Namespace) -> Setup:
@@ -309,7 +311,8 @@ def setup_tensorsocket(target: Path) -> int:
         except PackageNotFoundError:
             pass
     subprocess.run(pip + pins, check=True)
-    site = subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([str(target / "bin" / "python"), "-c", purelib],
                           check=True, capture_output=True, text=True).stdout.strip()
     (Path(site) / "tensorcom-src.pth").write_text(str(ROOT / "src") + "\n")
     print(f"tensorsocket venv ready: --tensorsocket-python {target / 'bin' / 'python'}")
@@ -331,7 +334,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1,
                         help="interleaved runs of each setup; the run with the best slowest job is kept (default 1)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per setup (default 300, quick 120)")
-    parser.add_argument("--fanout-batches", type=int, default=None, help="batches per fan-out run (default 400, quick 100; 0: skip)")
+    parser.add_argument("--fanout-batches", type=int, default=None,
+                        help="batches per fan-out run (default 400, quick 100; 0: skip)")
     parser.add_argument("--fanout-transports", default="tcp",
                         help="transports of the fan-out runs, comma-separated: tcp, ipc (default tcp)")
     parser.add_argument("--tensorsocket-python", default=None, help="python of a venv with tensorsocket 0.0.5")
@@ -384,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             for i, (letter, setup) in enumerate(setups(k, root, args)):
                 result = run_setup(setup, reaper, args.timeout, args.max_memory_mb) if letter in chosen else \
                     {"name": setup.name, "failure": "not run"}
-                print(f"  K={k} {setup.name}: {json.dumps({key: result.get(key) for key in sorted(result)})}", flush=True)
+                figures = json.dumps({key: result.get(key) for key in sorted(result)})
+                print(f"  K={k} {setup.name}: {figures}", flush=True)
                 best += [None] * (i + 1 - len(best))
                 best[i] = better(result, best[i])
         results[k] = best

@@ -10,8 +10,8 @@ processes, read their messages, report rates, stop them.
     supervisor.close()                   # always: stops what is left
 
 Messages from the workers (one multiprocessing queue): ("item", i, (batches, samples)), ("end", i,
-reports) and ("error", i, Failure). Reports: a rate line on stderr every `report` seconds from the
-first batch (rates over a sliding window, tensorcom.progress.RateWindow), with one line per consumer
+reports) and ("error", i, Failure). Reports (tensorcom.pipeline._rate_report): a rate line on stderr
+every `report` seconds from the first batch (rates over a sliding window), with one line per consumer
 of a sharing server, or `on_report(stats)` instead.
 """
 
@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
-import sys
 import time
 from typing import Any, Callable
 
 from tensorcom.pipeline._failure import died
 from tensorcom.pipeline._loop import join_or_kill
-from tensorcom.pipeline.shared_serving import consumer_lines
-from tensorcom.progress import RateWindow
+from tensorcom.pipeline._rate_report import RateReport
 
 
 class Supervisor:
@@ -34,7 +32,6 @@ class Supervisor:
     stops them. `hub`: a sharing server (tensorcom.transport.hub.Hub) whose consumers join the reports."""
 
     def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
-        self.hub = hub  # a sharing server: its consumers' reports join the rate lines
         self.ctx = multiprocessing.get_context("spawn")
         self.messages = self.ctx.Queue()
         self.stop = self.ctx.Event()
@@ -42,10 +39,7 @@ class Supervisor:
         self.procs: list = []
         self.counts: dict[int, tuple[int, int]] = {}
         self.done: set[int] = set()
-        self.report, self.on_report = report, on_report
-        self.start = time.monotonic()
-        self.last_time: float | None = None  # of the last report; None until the first batch
-        self.rates = RateWindow(max(report or 0.0, 1.0))
+        self.reports = RateReport(report, on_report, hub)  # a sharing server's consumers join the reports
 
     def launch(self, target: Callable[..., None], args_for: Callable[[int], tuple], count: int) -> None:
         """Start `count` processes running target(*args_for(i)), with a barrier for all of them."""
@@ -64,7 +58,7 @@ class Supervisor:
             raise value.error("serving worker")
         if kind == "item":
             self.counts[index] = value
-            self.rates.add(self.totals())
+            self.reports.add(self.totals())
         else:
             self.done.add(index)
 
@@ -97,36 +91,12 @@ class Supervisor:
     def stats(self, overall: bool = False) -> dict:
         """Totals, and rates over the last `report` seconds (at least 1 s) counted from the first batch
         (over the whole run when `overall`)."""
-        now = time.monotonic()
-        batches, samples = self.totals()
-        if overall:
-            span = max(now - self.start, 1e-9)
-            batch_rate, sample_rate = batches / span, samples / span
-        else:
-            batch_rate, sample_rate = self.rates.rates(now) or (0.0, 0.0)
-        return {"batches": batches, "samples": samples, "seconds": now - self.start,
-                "batches_per_s": batch_rate, "samples_per_s": sample_rate, "workers": len(self.procs)}
+        return {**self.reports.stats(self.totals(), overall), "workers": len(self.procs)}
 
     def maybe_report(self, force: bool = False) -> None:
         """Report every `report` seconds from the first batch (and at the end when `force`); nothing
         before a batch has been sent."""
-        if not self.report or self.rates.first is None:
-            return
-        if self.last_time is None:
-            self.last_time = self.rates.first
-        if not force and time.monotonic() - self.last_time < self.report:
-            return
-        stats = self.stats()
-        if self.hub is not None:
-            stats["consumers"] = self.hub.server.status
-        if self.on_report is not None:
-            self.on_report(stats)
-        else:
-            lines = [f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
-                     f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)",
-                     *consumer_lines(stats.get("consumers", []))]
-            print("\n".join(lines), file=sys.stderr, flush=True)
-        self.last_time = time.monotonic()
+        self.reports.maybe_report(self.stats, _rate_line, force)
 
     def close(self) -> None:
         """Stop every worker: ask, wait up to 2 s, terminate, then kill."""
@@ -136,3 +106,8 @@ class Supervisor:
         join_or_kill(self.procs, grace=2.0)
         self.messages.cancel_join_thread()
         self.messages.close()
+
+
+def _rate_line(stats: dict) -> str:
+    return (f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
+            f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)")

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from tensorcom.adapters.ray._actors import NAMESPACE, ActorJob, Directory, ServerActor, Stored, node_address
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.pipeline.shared_serving import consumer_lines, finish_hub
-from tensorcom.progress import RateWindow
+from tensorcom.pipeline._rate_report import RateReport
+from tensorcom.pipeline.shared_serving import finish_hub
 
 RESTART_WAIT = 120.0  # seconds to wait for Ray to bring a dead actor back
 POLL = 0.25  # seconds between the driver's looks at its actors and the hub
@@ -78,9 +78,7 @@ class Serving:
         self.directory: Any = None
         self.host = ""  # the driver's node address
         self.thread = threading.Thread(target=self._main, name="tensorcom-ray-driver", daemon=True)
-        self.started = time.monotonic()
-        self.last_report: float | None = None  # when the last rate line was printed (from the first batch)
-        self.rates = RateWindow(max(plan.report or 0.0, 1.0))
+        self.reports = RateReport(plan.report, plan.on_report, plan.hub)
 
     def launch(self, name: str | None) -> Serving:
         """Create the actors, wait until each has built its share, start the driver thread; with
@@ -100,7 +98,7 @@ class Serving:
         if name is not None:
             self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
                                                                 num_cpus=0).remote(self.urls)
-        self.started = time.monotonic()
+        self.reports.start = time.monotonic()
         self.thread.start()
         return self
 
@@ -288,30 +286,18 @@ class Serving:
 
     def stats(self, overall: bool = False) -> dict:
         """Totals and rates over the last `report` seconds (over the whole run when `overall`)."""
-        now = time.monotonic()
-        batches, samples = self.totals()
-        span = max(now - self.started, 1e-9)
-        rates = (batches / span, samples / span) if overall else (self.rates.rates(now) or (0.0, 0.0))
-        return {"batches": batches, "samples": samples, "seconds": now - self.started, "batches_per_s": rates[0],
-                "samples_per_s": rates[1], "workers": len(self.members), "restarts": self.restarts}
+        return {**self.reports.stats(self.totals(), overall), "workers": len(self.members), "restarts": self.restarts}
 
     def _maybe_report(self, force: bool = False) -> None:
         """A rate line (or on_report) every `report` seconds from the first batch, and when `force`."""
-        self.rates.add(self.totals())
-        if not self.plan.report or self.rates.first is None:
-            return
-        self.last_report = self.last_report or self.rates.first
-        if not force and time.monotonic() - self.last_report < self.plan.report:
-            return
-        self.last_report = time.monotonic()
-        stats = {**self.stats(), **({"consumers": self.hub.server.status} if self.hub is not None else {})}
-        if self.plan.on_report is not None:
-            self.plan.on_report(stats)
-            return
-        rates = (f"serve (ray): {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
-                 f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} actors, "
-                 f"{stats['restarts']} restarts)")
-        print("\n".join([rates, *consumer_lines(stats.get("consumers", []))]), file=sys.stderr, flush=True)
+        self.reports.add(self.totals())
+        self.reports.maybe_report(self.stats, _rate_line, force)
+
+
+def _rate_line(stats: dict) -> str:
+    return (f"serve (ray): {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
+            f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} actors, "
+            f"{stats['restarts']} restarts)")
 
 
 class _Stopped(Exception):
