@@ -6,7 +6,9 @@ from __future__ import annotations
 import inspect
 import io
 import mmap
+import os
 import struct
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -264,6 +266,36 @@ def test_big_chunk_from_unseekable_stream():
     arrays = [np.arange(3 * 2**20 // 8, dtype="i8")]
     (back,) = tenbin.read(Unseekable(bytes(tenbin.encode_buffer(arrays))))
     assert same(back, arrays[0])
+
+
+@pytest.mark.parametrize("cut, index, message", [
+    (None, None, None),
+    (88, 1, "inside a chunk prefix: 8 of 16 bytes"),
+    (256 + 23000, 3, "inside a chunk: 23000 of 24008 bytes"),
+    (256 + 24008 + 20, 3, "inside chunk padding: 20 of 56 bytes"),
+])
+def test_a_pipe_whose_writer_dies_mid_chunk(cut, index, message):
+    """An os.pipe read as it fills (short reads), its writer closing it after `cut` bytes as a dying peer
+    does: whole, it round-trips; cut, the error names the chunk and how many of its bytes came."""
+    arrays = [np.arange(10, dtype="i4"), np.arange(3001, dtype="f8")]  # chunks of 80, 80, 80, 16 + 24008 + 56
+    data = bytes(tenbin.encode_buffer(arrays))[:cut]
+    read_fd, write_fd = os.pipe()
+
+    def write() -> None:
+        with open(write_fd, "wb", buffering=0) as out:
+            for start in range(0, len(data), 4096):
+                out.write(data[start:start + 4096])
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with open(read_fd, "rb", buffering=0) as stream:
+        if cut is None:
+            assert all(same(a, b) for a, b in zip(tenbin.read(stream), arrays, strict=True))
+        else:
+            with pytest.raises(DecodeError, match=f"stream ends {message}") as caught:
+                tenbin.read(stream)
+            assert caught.value.index == index
+    writer.join()
 
 
 def test_save_load_and_mmap(tmp_path):

@@ -120,8 +120,9 @@ def _remaining(stream: BinaryIO) -> int | None:
         return None
 
 
-def _read_exact(stream: BinaryIO, size: int, index: int, what: str) -> bytes | bytearray:
-    """Exactly `size` bytes (fewer only at end of stream; b"" at a clean EOF).
+def _read_exact(stream: BinaryIO, size: int, index: int, what: str, may_end: bool = False) -> bytes | bytearray:
+    """Exactly `size` bytes; b"" when `may_end` and the stream is at its end; DecodeError (chunk `index`)
+    when it ends inside `what`, naming how many of the bytes came.
 
     Large reads from seekable streams go into one buffer after checking the stream is long enough;
     others proceed in `_READ_BLOCK` pieces, so a lying length never allocates much more than exists.
@@ -130,42 +131,33 @@ def _read_exact(stream: BinaryIO, size: int, index: int, what: str) -> bytes | b
     if left is not None and hasattr(stream, "readinto"):
         if left < size:
             raise DecodeError(f"stream ends inside {what}: {left} of {size} bytes", index)
-        data = bytearray(size)
-        view, got = memoryview(data), 0
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
         while got < size:
             count = stream.readinto(view[got:])
             if not count:
                 raise DecodeError(f"stream ends inside {what}: {got} of {size} bytes", index)
             got += count
-        return data
+        return buffer
     data = stream.read(min(size, _READ_BLOCK))
-    if len(data) == size or not data:
-        return data
-    data = bytearray(data)
-    while len(data) < size:
-        piece = stream.read(min(size - len(data), _READ_BLOCK))
-        if not piece:
-            break
-        data += piece
+    if data and len(data) < size:
+        data = bytearray(data)
+        while len(data) < size and (piece := stream.read(min(size - len(data), _READ_BLOCK))):
+            data += piece
+    if len(data) < size and (data or not may_end):
+        raise DecodeError(f"stream ends inside {what}: {len(data)} of {size} bytes", index)
     return data
 
 
 def read_chunk(stream: BinaryIO, index: int = 0) -> bytes | bytearray | None:
     """Read one framed chunk's payload; None at a clean end of stream; DecodeError (chunk `index`) for
     a wrong magic, a truncated chunk or padding that is not zero bytes."""
-    prefix = _read_exact(stream, 16, index, "a chunk prefix")
+    prefix = _read_exact(stream, 16, index, "a chunk prefix", may_end=True)
     if not prefix:
         return None
-    if len(prefix) < 16:
-        raise DecodeError("stream ends inside a chunk prefix", index)
     length = _payload_length(prefix, index)
     data = _read_exact(stream, length, index, "a chunk") if length else b""
-    if len(data) != length:
-        raise DecodeError(f"stream ends inside a chunk: {len(data)} of {length} bytes", index)
     padding = roundup(length) - length
     if padding:
-        zeros = _read_exact(stream, padding, index, "padding")
-        if len(zeros) != padding:
-            raise DecodeError("stream ends inside chunk padding", index)
-        _check_padding(zeros, index)
+        _check_padding(_read_exact(stream, padding, index, "chunk padding"), index)
     return data

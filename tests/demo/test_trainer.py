@@ -93,8 +93,8 @@ def test_jax_trainer_pads_the_short_batch_and_predicts():
     """One compiled shape: the last, shorter batch is padded (weight 0), so its loss is its own."""
     from tensorcom.demo.jax_trainer import forward
 
-    jax = pytest.importorskip("jax")
     trainer = make_trainer(3, backend="jax", seed=1)
+    jax = trainer.jax
     images, labels = blobs(32, seed=0)
     trainer.step(images, labels)
     logits = np.asarray(forward(jax, trainer.params, jax.numpy.asarray(images[:5])), np.float64)
