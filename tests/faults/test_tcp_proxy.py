@@ -49,7 +49,7 @@ def test_forwards_both_ways_and_counts(echo_target):
         assert proxy.wait_for_bytes(1004) >= 1004
         client.sendall(payload)
         assert recv_exactly(far, len(payload)) == payload
-        assert proxy.bytes_forwarded == 1004 + len(payload)
+        assert proxy.wait_for_bytes(1004 + len(payload)) == 1004 + len(payload)  # counted after the send
         client.close()
         assert far.recv(1) == b""  # the client's FIN is passed on
         far.close()
