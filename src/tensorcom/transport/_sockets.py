@@ -10,20 +10,20 @@ Liveness and delivery plumbing: `set_heartbeats` (ZMTP heartbeats, for every sch
 for the plain schemes (the rules are in `tensorcom.transport.liveness` and `_delivery`)
 `stream_options` (heartbeats from senders only, TCP keepalive on receivers, ZMQ_IMMEDIATE on
 connecting senders), `open_monitor` / `connection_events` (which connections open and close, by
-file descriptor), and two read-only looks at such a descriptor: `quiet_seconds` (how long nothing
-arrived on a TCP connection) and `unacknowledged_bytes` (what its peer has not yet acknowledged).
+file descriptor) and `monitor_events` (the same with the endpoint each concerns). Nothing here reads,
+duplicates or closes a descriptor of ZeroMQ's: that is how libzmq's I/O thread was made to abort.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
+import secrets
 import socket
 import struct
-import termios
 import threading
+import time
 from typing import Iterator
 
 import zmq
@@ -36,7 +36,9 @@ _context: zmq.Context | None = None
 _pid = 0
 _users = 0
 _stuck = False  # a socket of the context was closed with linger -1 and then left: never term it
-_kept: list = []  # such contexts, kept from garbage collection (whose destroy() would block)
+_kept: list = []  # such contexts and their parked monitors, kept from garbage collection (destroy() would block)
+_parked: list = []  # monitors closed while their socket may still report (Monitor.close), read until it stops
+PARKED_WAIT = 10.0  # seconds the last release waits for a parked monitor's socket to stop reporting
 
 
 def acquire_context() -> zmq.Context:
@@ -45,6 +47,8 @@ def acquire_context() -> zmq.Context:
     with _lock:
         if _context is None or _pid != os.getpid():
             _context, _pid, _users, _stuck = zmq.Context(), os.getpid(), 0, False
+            _kept.extend(_parked)  # a forked child's copies of the parent's: never touched
+            _parked.clear()
         _users += 1
         return _context
 
@@ -59,9 +63,11 @@ def release_context(stuck: bool = False) -> None:
             return
         _users -= 1
         _stuck = _stuck or stuck
+        _reap_parked(PARKED_WAIT if _users <= 0 else 0.0)
         if _users <= 0:
-            if _stuck:
-                _kept.append(_context)
+            if _stuck or _parked:  # terminating would wait for ever
+                _kept.extend([_context, *_parked])
+                _parked.clear()
             else:
                 _context.term()
             _context, _users, _stuck = None, 0, False
@@ -148,6 +154,80 @@ def translated(url: str, timeout: float | None = None, action: str = "receive", 
         raise translate(exc, url, timeout, action, hint)
 
 
+# ---- socket monitors ---------------------------------------------------------------------------------
+# libzmq sends a socket's events from its I/O thread with a blocking send on an internal PAIR socket:
+# a full pipe (its default HWM is 1000), or a reader closed while the socket still reports, stops
+# that thread, and with it every socket of the context. Hence: the reader takes events without bound
+# (on inproc, a pipe is unbounded when either side's HWM is 0: socket_base.cpp, connect_internal),
+# and a reader is closed only once its socket stopped reporting.
+
+
+class Monitor(zmq.Socket):
+    """The PAIR socket reading a socket's events (open_monitor). `watched`: that socket; `stopped`:
+    its monitoring has ended (EVENT_MONITOR_STOPPED was read, or close() stopped it)."""
+
+    watched: zmq.Socket | None = None
+    stopped = False
+    _pid = 0
+
+    def close(self, linger: int | None = None) -> None:
+        """Stop the watched socket's monitoring, then close. When that socket is closed already and
+        may still report (it lingers), the reader is parked instead: kept open and read until the
+        socket stops, then closed (by later open_monitor / release_context calls)."""
+        if self.closed or self._pid != os.getpid():
+            return
+        watched, self.watched = self.watched, None
+        if watched is not None and not watched.closed:
+            with contextlib.suppress(zmq.ZMQError):
+                watched.disable_monitor()
+            self.stopped = True
+        if self.stopped or _drained(self, 0.0):
+            super().close(linger=0)
+        else:
+            with _lock:
+                _parked.append(self)
+
+
+def open_monitor(sock: zmq.Socket, events: int | None = None) -> Monitor:
+    """A Monitor receiving `sock`'s `events` (default MONITORED; EVENT_MONITOR_STOPPED is always
+    added) that never holds up ZeroMQ's I/O thread, however long nobody reads it; call before
+    bind/connect. Closing the Monitor stops the monitoring (close it before `sock`, or after `sock`
+    stopped reporting)."""
+    address = f"inproc://tensorcom-monitor-{secrets.token_hex(8)}"
+    sock.monitor(address, (MONITORED if events is None else events) | zmq.EVENT_MONITOR_STOPPED)
+    try:
+        monitor = sock.context.socket(zmq.PAIR, socket_class=Monitor)
+    except BaseException:
+        sock.disable_monitor()
+        raise
+    monitor.linger = 0
+    monitor.rcvhwm = 0  # unbounded: the I/O thread's blocking send never waits
+    monitor.watched, monitor._pid = sock, os.getpid()
+    monitor.connect(address)
+    with _lock:
+        _reap_parked(0.0)
+    return monitor
+
+
+def _drained(monitor: Monitor, timeout: float) -> bool:
+    """Read and drop what waits on `monitor`, waiting up to `timeout` s for its MONITOR_STOPPED; True
+    once it came (now or before)."""
+    deadline = time.monotonic() + timeout
+    while not monitor.stopped and monitor.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+        frames = monitor.recv_multipart()
+        monitor.stopped = struct.unpack("=h", frames[0][:2])[0] == _STOPPED
+    return monitor.stopped
+
+
+def _reap_parked(timeout: float) -> None:
+    """Close the parked monitors whose socket stopped reporting (waiting up to `timeout` s for
+    each); call with _lock held."""
+    for monitor in list(_parked):
+        if _drained(monitor, timeout):
+            _parked.remove(monitor)
+            zmq.Socket.close(monitor, linger=0)
+
+
 # ---- liveness and delivery plumbing -----------------------------------------------------------------
 
 HEARTBEAT_IVL = 0.5  # seconds between the ZMTP PINGs every sending socket emits (from ZeroMQ's I/O thread)
@@ -156,8 +236,7 @@ MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
 OPENED = (zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED)
 ENDED = (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED)
 _POLLIN = int(zmq.POLLIN)
-_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux only
-_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (u32, milliseconds) in Linux's struct tcp_info
+_STOPPED = int(zmq.EVENT_MONITOR_STOPPED)
 
 
 def set_heartbeats(sock: zmq.Socket, liveness: float | None, *, interval: float | None = None,
@@ -205,13 +284,6 @@ def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> 
         sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
 
 
-def open_monitor(sock: zmq.Socket) -> zmq.Socket:
-    """A PAIR socket receiving `sock`'s connection events (MONITORED); call before bind/connect."""
-    monitor = sock.get_monitor_socket(MONITORED)
-    monitor.linger = 0
-    return monitor
-
-
 def connection_events(monitor: zmq.Socket, timeout: float = 0.0) -> list[tuple[int, int]]:
     """(event, value) pairs waiting on `monitor` (the value of a connection event is the connection's
     file descriptor), waiting up to `timeout` s for the first; [] when none."""
@@ -219,31 +291,20 @@ def connection_events(monitor: zmq.Socket, timeout: float = 0.0) -> list[tuple[i
     while zmq.zmq_poll([(monitor, _POLLIN)], int(timeout * 1000) if not events else 0):
         frames = monitor.recv_multipart()
         events.append(struct.unpack("=hi", frames[0][:6]))
+        if events[-1][0] == _STOPPED:
+            monitor.stopped = True
     return events
 
 
-def quiet_seconds(fd: int) -> float | None:
-    """Seconds since data last arrived on TCP connection `fd` (heartbeats count), from the kernel;
-    None when unknown (not TCP, not Linux, closed)."""
-    if _TCP_INFO is None:
-        return None
-    try:
-        peek = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        info = peek.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)
-        return struct.unpack_from("I", info, _LAST_DATA_RECV)[0] / 1000
-    except (OSError, struct.error):
-        return None
-    finally:
-        peek.detach()  # the descriptor stays ZeroMQ's
-
-
-def unacknowledged_bytes(fd: int) -> int | None:
-    """Bytes written to connection `fd` that its peer has not acknowledged (TCP) or not read (ipc);
-    None when unknown."""
-    try:
-        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    except OSError:
-        return None
+def monitor_events(monitor: zmq.Socket) -> list[tuple[int, int, str]]:
+    """(event, value, endpoint) triples waiting on `monitor` now ([] when none): the value of a
+    connection event is the connection's descriptor, the endpoint the address it concerns (for a
+    connecting socket, the address it connects to)."""
+    events = []
+    while zmq.zmq_poll([(monitor, _POLLIN)], 0):
+        frames = monitor.recv_multipart()
+        event, value = struct.unpack("=hi", frames[0][:6])
+        events.append((event, value, frames[1].decode(errors="replace") if len(frames) > 1 else ""))
+        if event == _STOPPED:
+            monitor.stopped = True
+    return events

@@ -36,7 +36,7 @@ from tensorcom import settings, wire
 from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
 from tensorcom.transport import envelope
 from tensorcom.transport._shm import Reader, wants_handoff
-from tensorcom.transport._sockets import set_heartbeats, translated
+from tensorcom.transport._sockets import open_monitor, set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
 from tensorcom.transport.sharing import check_positive
 
@@ -107,7 +107,7 @@ class Joiner:
         set_heartbeats(sock, self.liveness)
         if secure is not None:
             secure(sock)
-        monitor = sock.get_monitor_socket(_EVENTS)
+        monitor = open_monitor(sock, _EVENTS)
         link = _Link(endpoint, sock, monitor)
         link.shm_wanted = not self.observe and wants_handoff(self._shm_choice, endpoint)
         self.links.append(link)

@@ -37,7 +37,7 @@ from tensorcom.errors import DecodeError, Undelivered
 from tensorcom.transport import envelope
 from tensorcom.transport._share_input import StreamInput
 from tensorcom.transport._shm import Arena
-from tensorcom.transport._sockets import set_heartbeats, translate, translated
+from tensorcom.transport._sockets import open_monitor, set_heartbeats, translate, translated
 from tensorcom.transport.epochs import EpochBook
 from tensorcom.transport.sharing import Send, make_book
 
@@ -99,7 +99,7 @@ class ShareServer(StreamInput):
             set_heartbeats(self.router, liveness)
             if secure is not None:
                 secure(self.router)
-            self.monitor = self._own(self.router.get_monitor_socket(_GONE))
+            self.monitor = self._own(open_monitor(self.router, _GONE))
             for e in endpoints:
                 with translated(e.url, action="bind"):
                     self.router.bind(e.zmq_address)
