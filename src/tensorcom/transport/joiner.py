@@ -4,28 +4,35 @@
     item = joiner.next()      # a wire.Message (a batch), or PASS_END when the pass ended
     joiner.close()            # says "leave" to every server
 
-One DEALER socket per server (brace expansion joins several). On connecting (and on every reconnect)
-the consumer sends `join` with its credit (prefetch depth); the server answers `welcome` (its id, the
-mode, the epoch and position the consumer starts at: `joined_at`), then sends at most `credit`
-unacknowledged batches; the consumer acknowledges each batch when it hands it to its caller (with
-`batch_size`, when it enters the rebatching buffer, which holds fewer than `batch_size` samples
-more); a malformed one too, handing its caller a DecodeError naming the server's URL. A pass ends
+One DEALER socket per server (brace expansion joins several), named by a routing id that is this
+consumer's session (random per Joiner). On connecting the consumer sends `join` with its credit
+(prefetch depth); the server answers `welcome` (its id, the mode, the epoch and position the consumer
+starts at: `joined_at`), then sends at most `credit` unacknowledged batches, numbered; the consumer
+acknowledges each batch when it hands it to its caller (with `batch_size`, when it enters the
+rebatching buffer, which holds fewer than `batch_size` samples more); a malformed one too, handing
+its caller a DecodeError naming the server's URL; and each epoch end when it reads it. A pass ends
 when every server that took part in it (had a session during it) has sent its epoch's `end`; a
 server whose end came first is not read from meanwhile, so its next epoch waits in its queue.
 
-Liveness: ZMTP heartbeats on each socket and a socket monitor. When a server's connection closes
-(killed, host vanished, network dropped), what it had sent is still read; then its session is over
-(a new session starts with the next welcome: a restarted server, or a reconnect). When the pass is
-waiting only on servers whose session ended, `next()` raises PeerLost naming them; a restarted
-server is a new session (a new id) in the next pass. Between passes, a consumer that had servers and
-has none alive for `liveness` seconds raises PeerLost too; one that never had a server waits (a job
-started before its server). A server that finished its stream (`bye`) ends the consumer's iteration
-with PeerLost saying so. `detached` raises Detached with the server's reason.
+Reconnects: a session outlives its connection (the rules: `_server_session`). After ZeroMQ
+reconnects, the consumer joins again naming the server and the last delivery it took; the server
+goes on with the session and sends again what was not acknowledged; duplicates are dropped by
+number, so the caller gets every batch once, in order. Liveness: ZMTP heartbeats on each socket and
+a socket monitor. When the pass waits only on servers whose connection has been down for the whole
+`liveness` window (killed, host gone, a long partition), `next()` raises PeerLost naming them; the
+pass is not over: a server that comes back goes on with its session, and the next call continues
+(the one after waits another window). A server that answers a reconnect with a new session (a
+restarted server: a new id, or one that gave this consumer up) ends the pass with PeerLost; the new
+session belongs to the next pass. Between passes the same holds for the servers the consumer has
+sessions with; one that never had a server waits (a job started before its server). A server that
+finished its stream (`bye`) ends the consumer's iteration with PeerLost saying so. `detached`
+raises Detached with the server's reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from typing import Any
 
@@ -35,6 +42,7 @@ from zmq.utils.monitor import recv_monitor_message
 from tensorcom import settings, wire
 from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
 from tensorcom.transport import envelope
+from tensorcom.transport._server_session import CONTINUED, ServerSession
 from tensorcom.transport._shm import Reader, wants_handoff
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
@@ -42,24 +50,26 @@ from tensorcom.transport.sharing import check_positive
 
 PASS_END = object()
 POLL_MS = 100
-_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
 class _Link:
-    """One server: the DEALER socket, its monitor, and the current session's state."""
+    """One server: the DEALER socket, its monitor, the session (`_server_session`) and the pass."""
 
     def __init__(self, endpoint: Any, sock: Any, monitor: Any):
         self.url, self.sock, self.monitor = endpoint.url, sock, monitor
-        self.server: str | None = None  # id of the current session's server
-        self.connected = False
-        self.connects = 0
+        self.session = ServerSession()
         self.in_pass = False  # had a session during the current pass
         self.ended = False  # its end of the current pass arrived
-        self.lost: str | None = None  # id of a server whose session ended during the pass
-        self.finished = False  # the server said bye
+        self.finished: str | None = None  # the id of a server that said bye
         self.joined_at: tuple[int, int] | None = None
         self.shm_wanted = False  # ask for the shared-memory handoff in `join`
         self.shm_prefix: str | None = None  # the session's server hands batches over in shared memory
+
+    @property
+    def server(self) -> str | None:
+        """The id of the server the current session is with."""
+        return self.session.server
 
     def send(self, kind: str, **fields: Any) -> None:
         try:
@@ -80,6 +90,7 @@ class Joiner:
                  max_message_size: int | None = None, observe: bool = False, secure: Any = None,
                  shm: bool | None = None):
         self.name, self.credit, self.observe = name, check_positive("credit", credit), observe
+        self.session_id = secrets.token_hex(8)  # this consumer's routing id at every server
         self.liveness, self.timeout, self.max_message_size = liveness, timeout, max_message_size
         self.max_plain_values = settings.max_plain_values()  # read once, not per batch
         self.rebatcher = None if batch_size is None else Rebatcher(batch_size)
@@ -87,7 +98,6 @@ class Joiner:
         self.links: list[_Link] = []
         self._poller = zmq.Poller()  # every link's monitor; its socket while its pass has not ended
         self._ready: list = []  # rebatched batches waiting to be handed out
-        self._no_server_since: float | None = None
         self._template: Any = None  # the last received message, for rebatched ones' metadata
         self._shm_choice = shm  # None: ask servers on this host (loopback, ipc) unless $TENSORCOM_SHM says no
         self._reader = Reader()
@@ -104,6 +114,7 @@ class Joiner:
         sock = context.socket(zmq.DEALER)
         sock.linger = 0
         sock.sndhwm = sock.rcvhwm = 0  # the server's credit bounds what is queued
+        sock.setsockopt(zmq.ROUTING_ID, self.session_id.encode())  # a reconnect is the same peer
         set_heartbeats(sock, self.liveness)
         if secure is not None:
             secure(sock)
@@ -118,7 +129,8 @@ class Joiner:
 
     def _join(self, link: _Link) -> None:
         offer = {"shm": True} if link.shm_wanted else {}
-        link.send("join", name=self.name, credit=self.credit, observe=self.observe, **offer)
+        link.send("join", name=self.name, credit=self.credit, observe=self.observe, session=self.session_id,
+                  **link.session.join_fields(), **offer)
 
     @property
     def joined_at(self) -> dict[str, tuple[int, int] | None]:
@@ -155,7 +167,6 @@ class Joiner:
                 self._watch(link)
             elif result is None and link.sock in ready:
                 result = self._take(link)
-            self._end_session_if_gone(link)
         if result is None and deadline is not None and time.monotonic() >= deadline:
             raise RecvTimeout(f"nothing received within {self.timeout} s", self.url)
         return result
@@ -175,32 +186,38 @@ class Joiner:
         kind = meta["k"]
         if kind == "welcome":
             return self._welcome(link, meta)
-        if link.server is None:  # from a session that is over: dropped
-            return None
+        if kind in ("batch", "end") and not link.session.accept(_number(meta)):
+            return None  # a duplicate, a gap the server fills, or a session that is over
         if kind == "batch":
             return self._batch(link, meta, frames[1:])
         if kind == "end":
             link.ended = True
+            if "n" in meta:
+                link.send("ack", upto=meta["n"])
         elif kind == "status":
             self.status = meta["consumers"]
-        elif kind == "bye":
-            link.finished, link.server = True, None
+        elif kind == "bye" and link.session.server is not None:
+            link.finished = link.session.server
+            link.session.finished()
         elif kind == "detached":
             raise Detached(f"the server detached this consumer: {meta['why']}", link.url)
         return None
 
     def _welcome(self, link: _Link, meta: dict) -> None:
-        previous = link.lost or (link.server if link.server != meta["server"] else None)
-        previous_lost = link.in_pass and not link.ended and previous is not None
-        link.lost = previous
-        link.server, link.finished = meta["server"], False
-        link.joined_at = (meta["epoch"], meta["pos"])
+        """A session that goes on, or a new one: one that replaces a session of this pass ends the
+        pass with PeerLost (the new session belongs to the next pass)."""
+        previous = link.session.server
+        n = _number(meta) or 0
+        link.finished = None
         link.shm_prefix = None
         if link.shm_wanted and "shm" in meta:  # the server offers the handoff: take it if its probe reads
             link.shm_prefix = Reader.accepts(meta["shm"])
             link.send("shm", ok=link.shm_prefix is not None)
-        if previous_lost:
-            self._raise_lost([link])
+        if link.session.welcome(meta["server"], meta.get("resumed") is True, n) == CONTINUED:
+            return
+        link.joined_at = (meta["epoch"], meta["pos"])
+        if link.in_pass and not link.ended and previous is not None:
+            self._raise_replaced(link, previous)
         link.in_pass = True
 
     def _batch(self, link: _Link, meta: dict, frames: list) -> Any:
@@ -248,24 +265,17 @@ class Joiner:
     # ---- passes and liveness ------------------------------------------------------------------
 
     def _watch(self, link: _Link) -> None:
-        """Apply `link`'s connection events: up and down, re-join after a reconnect."""
+        """Apply `link`'s connection events: up (handshake done; join again after a reconnect) and down."""
         while True:
             try:
                 event = recv_monitor_message(link.monitor, zmq.NOBLOCK)["event"]
             except zmq.Again:
                 return
-            if event == zmq.EVENT_CONNECTED:
-                link.connected, link.connects = True, link.connects + 1
-                if link.connects > 1:
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                if link.session.connected(time.monotonic()):
                     self._join(link)
-            else:  # disconnected or closed: the session ends once its queue is read
-                link.connected = False
-
-    @staticmethod
-    def _end_session_if_gone(link: _Link) -> None:
-        """A session whose connection closed is over once what it had sent was read."""
-        if link.server is not None and not link.connected and not link.sock.poll(0):
-            link.lost, link.server = link.server, None
+            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                link.session.disconnected(time.monotonic())
 
     def _pass_complete(self) -> bool:
         taking_part = [link for link in self.links if link.in_pass]
@@ -282,41 +292,37 @@ class Joiner:
 
     def _reset_pass(self) -> None:
         for link in self.links:
-            link.ended, link.lost = False, None
-            link.in_pass = link.server is not None
+            link.ended = False
+            link.in_pass = link.session.server is not None
 
     def _check_lost(self) -> None:
-        """PeerLost when the pass waits only on ended sessions, or (between passes) when servers
-        were there and none has been alive for `liveness` seconds."""
+        """PeerLost when the pass (between passes: the sessions there are) waits only on servers that
+        finished their stream or have been unreachable for the liveness window."""
         waiting = [link for link in self.links if link.in_pass and not link.ended]
-        if waiting and all(link.server is None for link in waiting):
-            self._raise_lost(waiting)
-        if any(link.server is not None or link.in_pass for link in self.links):
-            self._no_server_since = None
-            return
-        gone = [link for link in self.links if link.lost is not None or link.finished]
-        if not gone or self.liveness is None:
-            return
+        if not waiting:
+            waiting = [link for link in self.links if link.session.server is not None or link.finished]
         now = time.monotonic()
-        self._no_server_since = self._no_server_since or now
-        if now - self._no_server_since >= self.liveness:
-            self._raise_lost(gone)
-
-    def _raise_lost(self, links: list[_Link]) -> None:
-        finished = [link for link in links if link.finished and link.lost is None]
-        what = ", ".join(f"{link.url} (server {link.lost or 'gone'})" for link in links)
-        self._reset_pass()
-        for link in links:
-            link.lost = None
-        self._no_server_since = None
-        if finished and len(finished) == len(links):
+        if not waiting or not all(link.finished or link.session.unreachable(now, self.liveness) for link in waiting):
+            return
+        if all(link.finished for link in waiting):
+            what = ", ".join(f"{link.url} (server {link.finished})" for link in waiting)
+            self._reset_pass()
             raise PeerLost(f"the server finished its stream: {what}", self.url)
-        raise PeerLost(f"the server(s) of this pass stopped: {what}", self.url)
+        for link in waiting:
+            link.session.excuse(now)
+        what = ", ".join(f"{link.url} (server {link.session.server or link.finished})" for link in waiting)
+        raise PeerLost(f"the server(s) of this pass unreachable for {self.liveness} s: {what}", self.url)
+
+    def _raise_replaced(self, link: _Link, previous: str) -> None:
+        """The server answered with a new session during the pass: the old one is over."""
+        self._reset_pass()
+        raise PeerLost(f"the server(s) of this pass stopped: {link.url} (server {previous}, now "
+                       f"{link.session.server})", self.url)
 
     def close(self, leave: bool = True) -> None:
         """Say `leave` to every server (so they stop sending at once) and close the sockets."""
         for link in self.links:
-            if leave and link.server is not None:
+            if leave and link.session.server is not None:
                 link.send("leave")
             # stop the monitor first (as the server does): a lingering socket whose monitor socket is
             # closed under it may never send what it still holds
@@ -326,3 +332,9 @@ class Joiner:
         self.links = []
         self._poller = zmq.Poller()
         self._reader.close()
+
+
+def _number(meta: dict) -> int | None:
+    """The delivery number of a server message (None when it has none: an older server's end)."""
+    n = meta.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None

@@ -14,9 +14,14 @@ become the served stream (epochs, handover of a restarted worker's share, `finis
 (zero-copy fan-out); a consumer on the server's host that accepted the shared-memory handoff gets a
 reference to one copy in shared memory instead (`_shm`).
 
-Liveness: ZMTP heartbeats on the ROUTER (ZeroMQ's I/O thread answers them while Python is busy), and
-a socket monitor: when a consumer's connection closes (killed, vanished, network dropped) it is
-removed within the liveness timeout, and in split mode its unacknowledged batches go to others.
+Sessions and liveness: a consumer's session outlives its connection. Its DEALER names itself with a
+stable routing id (its session) and the ROUTER hands that id over to a new connection
+(ROUTER_HANDOVER), so a consumer that reconnects is the same peer; its `join` then names this server
+and the last delivery it has, and the session goes on: what it had not acknowledged is sent again
+with the same numbers (it drops what it already has). ZMTP heartbeats on the ROUTER (answered by
+ZeroMQ's I/O thread while Python is busy) and a socket monitor tell when a connection closed: nothing
+is sent to that consumer then, and only when it stays away for the liveness window is it removed
+(split mode: its unacknowledged batches go to others; the book remembers it, should it come back).
 A consumer's message that is not the protocol (bad magic, bad fields) is counted in `rejected` and
 ignored; a malformed input message stops the thread (wait() raises DecodeError naming the input).
 """
@@ -39,7 +44,7 @@ from tensorcom.transport._share_input import StreamInput
 from tensorcom.transport._shm import Arena
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translate, translated
 from tensorcom.transport.epochs import EpochBook
-from tensorcom.transport.sharing import Send, make_book
+from tensorcom.transport.sharing import Send, Welcome, make_book
 
 POLL_MS = 50
 BYE_LINGER = 2.0  # seconds the last messages to live consumers get to leave after the stream ended
@@ -73,7 +78,8 @@ class ShareServer(StreamInput):
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.rejected = 0  # messages from peers that were not the protocol
-        self.lost = 0  # consumers removed because their connection closed
+        self.lost = 0  # consumers removed because their connection stayed closed for the liveness window
+        self.window = liveness or 0.0  # seconds a consumer whose connection closed keeps its session
         self.status: list[dict] = []  # the consumers' reports, refreshed by the thread
         self.addresses: list[str] = []
         self._fds: dict[Any, int] = {}  # peer -> the fd its messages came from
@@ -95,6 +101,7 @@ class ShareServer(StreamInput):
         try:
             self.router = self._own(context.socket(zmq.ROUTER))
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer's reconnect is the same peer
             self.router.sndhwm = self.router.rcvhwm = 0  # credit bounds what is queued
             set_heartbeats(self.router, liveness)
             if secure is not None:
@@ -185,6 +192,8 @@ class ShareServer(StreamInput):
         if self.input in ready or self._input_epochs.backlog or (taking and self._ahead is not None):
             self._on_input()
         self._deliver()
+        for peer in self.book.expire(time.monotonic(), self.window):
+            self._forget(peer, lost=True)
         self._maybe_status()
 
     def _deliver(self) -> None:
@@ -194,29 +203,36 @@ class ShareServer(StreamInput):
     def _frames(self, send: Send) -> list:
         item = send.item
         if item.is_end:
-            return [envelope.encode("end", epoch=item.epoch, batches=item.pos)]
+            return [envelope.encode("end", n=send.number, epoch=item.epoch, batches=item.pos)]
         ref = self.arena.ref(send.peer, item) if self.arena is not None else None
         if ref is not None:  # a consumer on this host: the batch lies in shared memory
             return [envelope.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos, shm=ref)]
         return [envelope.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos), *item.frames]
 
     def _send(self, peer: Any, frames: list) -> None:
-        """Send to one consumer; a consumer that is gone (EHOSTUNREACH) is removed."""
+        """Send to one consumer; one without a connection now (EHOSTUNREACH) is down (a consumer's
+        session waits for it to come back, an observer is forgotten)."""
         try:
             self.router.send_multipart([peer, *frames], copy=False)
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise translate(exc, self.url, action="send to a consumer")
-            self._forget(peer, lost=True)
+            self._down(peer)
+
+    def _down(self, peer: Any) -> None:
+        """`peer`'s connection closed: its session waits (book.disconnect); an observer is forgotten."""
+        self.book.disconnect(peer, time.monotonic())
+        if peer in self._observers:
+            self._forget(peer, lost=False)
 
     def _broadcast(self, frame: bytes) -> None:
         for peer in list(self.book.consumers) + list(self._observers):
             self._send(peer, [frame])
 
     def _forget(self, peer: Any, lost: bool) -> None:
-        if peer in self.book.consumers:
-            self.book.remove(peer)
-            self.lost += lost
+        """`peer` left (or expired: `lost`): the book and the handoff forget it."""
+        self.book.remove(peer)
+        self.lost += lost
         self._observers.discard(peer)
         self._fds.pop(peer, None)
         if self.arena is not None:
@@ -225,9 +241,12 @@ class ShareServer(StreamInput):
     def _on_monitor(self) -> None:
         while self.monitor.poll(0):
             event = recv_monitor_message(self.monitor)
+            if event["event"] not in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                continue
             gone = [peer for peer, fd in self._fds.items() if fd == event["value"]]
             for peer in gone:
-                self._forget(peer, lost=True)
+                self._fds.pop(peer)
+                self._down(peer)
 
     def _on_consumer(self) -> None:
         for frames in _waiting(self.router):
@@ -242,8 +261,8 @@ class ShareServer(StreamInput):
     def _handle(self, peer: bytes, frame: Any, meta: dict) -> None:
         kind = meta["k"]
         if kind == "join":
-            if peer not in self.book.consumers and peer not in self._observers:  # a repeated join is ignored
-                self._welcome(peer, frame.get(zmq.SRCFD), meta)
+            self._on_monitor()  # the end of a reconnecting consumer's old connection comes first
+            self._welcome(peer, frame.get(zmq.SRCFD), meta)
         elif kind == "ack":
             self.book.ack(peer, meta["upto"])
         elif kind == "leave":
@@ -254,16 +273,31 @@ class ShareServer(StreamInput):
             raise DecodeError(f"a consumer may not send {kind!r}", 0, "frame")
 
     def _welcome(self, peer: bytes, fd: int, meta: dict) -> None:
-        """A new consumer (or observer) joined over connection `fd`: tell it where it starts."""
+        """A consumer (or observer) joined over connection `fd`: its session goes on when it has one
+        here (a reconnect), else it starts; tell it where."""
         self._fds[peer] = fd
         if meta.get("observe"):
             self._observers.add(peer)
-            mode, epoch, pos = self.book.mode, self.book.epoch, self.book.pos
+            joined = Welcome(self.book.mode, self.book.epoch, self.book.pos)
         else:
-            joined = self.book.join(peer, meta["name"], meta["credit"])
-            mode, epoch, pos = joined.mode, joined.epoch, joined.pos
+            joined = self._resumed(peer, meta) or self._joined(peer, meta)
         offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self._has_arena() else {}
-        self._send(peer, [envelope.encode("welcome", server=self.server_id, mode=mode, epoch=epoch, pos=pos, **offer)])
+        self._send(peer, [envelope.encode("welcome", server=self.server_id, mode=joined.mode, epoch=joined.epoch,
+                                          pos=joined.pos, resumed=joined.resumed, n=joined.n, **offer)])
+
+    def _resumed(self, peer: bytes, meta: dict) -> Welcome | None:
+        """The Welcome of a session that goes on (the consumer is known, or departed and names this
+        server), else None."""
+        here = meta.get("server") == self.server_id  # it had a session with this server
+        if peer not in self.book.consumers and not here:
+            return None
+        upto = meta.get("upto", 0) if here else 0
+        return self.book.resume(peer, upto if isinstance(upto, int) and not isinstance(upto, bool) else 0)
+
+    def _joined(self, peer: bytes, meta: dict) -> Welcome:
+        if self.arena is not None:
+            self.arena.forget(peer)  # a new session answers the offer anew
+        return self.book.join(peer, meta["name"], meta["credit"])
 
     def _maybe_status(self) -> None:
         now = time.monotonic()

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POLICIES = ("pace", "detach")
+MAX_DEPARTED = 64  # consumers whose window expired that the book still knows, should they come back
 DETACH_AFTER = 1.0  # seconds a full replay buffer may hold the stream before its holders are detached
 
 
@@ -64,11 +65,14 @@ class Item:
 
 @dataclass(frozen=True)
 class Welcome:
-    """What a joining consumer is told: the mode, where it starts (epoch, position in it)."""
+    """What a joining consumer is told: the mode, where it starts (epoch, position in it); for a
+    session that goes on after a reconnect, `resumed` and `n`, the last delivery it has."""
 
     mode: str
     epoch: int
     pos: int
+    resumed: bool = False
+    n: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,48 +86,80 @@ class Send:
 
 @dataclass
 class Consumer:
-    """A joined consumer as the book sees it: its credit, deliveries and acknowledgements, and what
-    the server reports of it (position, rate)."""
+    """A joined consumer as the book sees it: its credit, deliveries and acknowledgements, whether its
+    connection is up, and what the server reports of it (position, rate)."""
 
     peer: Any
     name: str
     credit: int
-    sent: int = 0  # batches delivered (the last delivery number)
-    acked: int = 0  # batches acknowledged
-    unacked: deque = field(default_factory=deque)  # (number, item) of delivered, unacknowledged batches
+    sent: int = 0  # the last delivery number (batches and ends are numbered alike)
+    acked: int = 0  # deliveries acknowledged (cumulative)
+    unacked: deque = field(default_factory=deque)  # (number, item) of delivered, unacknowledged items
+    resend: deque = field(default_factory=deque)  # items to deliver again, first, after a reconnect
+    outstanding: int = 0  # unacknowledged batches (what credit counts; ends need none)
+    batches: int = 0  # batches acknowledged
     cursor: int = 0  # share mode: index of the next item to send
     samples: int = 0  # samples acknowledged
     position: tuple[int, int] = (0, 0)  # (epoch, pos) of the last item sent
+    up: bool = True  # its connection is there (else nothing is sent to it)
+    down_since: float | None = None
     joined: float = field(default_factory=time.monotonic)
 
     @property
     def free(self) -> int:
         """Credit not in use: batches the server may still send now."""
-        return self.credit - (self.sent - self.acked)
+        return self.credit - self.outstanding
 
     def deliver(self, item: Item) -> Send:
-        """Record sending `item` to this consumer and return the Send."""
+        """Record sending `item` (the next delivery number) to this consumer and return the Send."""
         self.position = (item.epoch, item.pos)
-        if item.is_end:
-            return Send(self.peer, item, 0)
         self.sent += 1
         self.unacked.append((self.sent, item))
+        self.outstanding += not item.is_end
         return Send(self.peer, item, self.sent)
 
     def ack(self, upto: int) -> list[Item]:
-        """Acknowledge deliveries up to `upto` (ignoring stale or future numbers); returns the items."""
+        """Acknowledge deliveries up to `upto` (ignoring stale or future numbers); returns the batches."""
         done = []
         while self.unacked and self.unacked[0][0] <= min(upto, self.sent):
-            done.append(self.unacked.popleft()[1])
+            item = self.unacked.popleft()[1]
+            if not item.is_end:
+                done.append(item)
         self.acked = max(self.acked, min(upto, self.sent))
+        self.outstanding -= len(done)
+        self.batches += len(done)
         self.samples += sum(item.samples for item in done)
         return done
+
+    def rewind(self) -> None:
+        """After a reconnect: what was delivered and not acknowledged is delivered again, first, with
+        the same numbers (acked + 1, ...), so the consumer can drop what it already has."""
+        self.resend = deque([item for _, item in self.unacked] + list(self.resend))
+        self.unacked.clear()
+        self.sent, self.outstanding = self.acked, 0
+
+    def resends(self) -> list[Send]:
+        """Deliver what rewind() queued, within credit."""
+        result = []
+        while self.resend and (self.resend[0].is_end or self.free > 0):
+            result.append(self.deliver(self.resend.popleft()))
+        return result
+
+    def pending_batches(self) -> int:
+        """Batches delivered or to deliver again, not acknowledged."""
+        return self.outstanding + sum(not item.is_end for item in self.resend)
+
+    def first_needed(self) -> int:
+        """Share mode: the lowest item index this consumer still needs (unacknowledged or unsent)."""
+        if self.unacked:
+            return self.unacked[0][1].index
+        return self.resend[0].index if self.resend else self.cursor
 
     def report(self, head: int | None = None) -> dict:
         """Position, lag (items behind the stream's head, share mode), rate and credit, for reports."""
         seconds = max(time.monotonic() - self.joined, 1e-9)
         return {"name": self.name, "epoch": self.position[0], "pos": self.position[1],
-                "lag": None if head is None else max(head - self.cursor, 0), "acked": self.acked,
+                "lag": None if head is None else max(head - self.cursor, 0), "acked": self.batches,
                 "samples_per_s": self.samples / seconds, "credit": self.credit, "free": self.free}
 
 
@@ -151,6 +187,7 @@ class _Book:
         self.lost_batches = 0  # batches that a removed consumer still had unacknowledged (share mode)
         self.reassigned = 0  # batches sent again after their consumer was removed (split mode)
         self.detached: list[tuple[Any, str]] = []  # (peer, reason) detached since take_detached() (share mode)
+        self.departed: dict[Any, Consumer] = {}  # consumers expired by expire(), oldest first
 
     def _gate_open(self) -> bool:
         if not self.started and len(self.consumers) >= self.min_consumers:
@@ -162,6 +199,7 @@ class _Book:
             raise ValueError(f"consumer {peer!r} joined twice")
         consumer = Consumer(peer, name, check_positive("credit", credit))
         self.consumers[peer] = consumer
+        self.departed.pop(peer, None)
         self._gate_open()
         return consumer
 
@@ -170,6 +208,39 @@ class _Book:
         consumer = self.consumers.get(peer)
         if consumer is not None:
             consumer.ack(upto)
+
+    def disconnect(self, peer: Any, now: float) -> None:
+        """The consumer's connection closed: nothing is sent to it until it resumes (or expires)."""
+        consumer = self.consumers.get(peer)
+        if consumer is not None and consumer.up:
+            consumer.up, consumer.down_since = False, now
+
+    def resume(self, peer: Any, upto: int) -> Welcome | None:
+        """A consumer that reconnected (its join names this server): its session goes on,
+        acknowledged up to `upto`, what it lacks delivered again (a departed one's too, when it still
+        can be); None when there is no session to go on with (it joins anew)."""
+        consumer = self.consumers.get(peer)
+        if consumer is not None:
+            consumer.ack(upto)
+            consumer.rewind()
+        else:
+            departed = self.departed.pop(peer, None)
+            consumer = None if departed is None else self._revive(departed, upto)
+            if consumer is None:
+                return None
+            self.consumers[peer] = consumer
+        consumer.up, consumer.down_since = True, None
+        return Welcome(self.mode, *consumer.position, resumed=True, n=consumer.acked)
+
+    def expire(self, now: float, window: float) -> list:
+        """Remove the consumers whose connection has been down for `window` seconds (kept as departed,
+        should they come back); returns their peers."""
+        gone = [p for p, c in self.consumers.items() if not c.up and now - c.down_since >= window]
+        for peer in gone:
+            self.departed[peer] = self.remove(peer)
+            while len(self.departed) > MAX_DEPARTED:
+                self.departed.pop(next(iter(self.departed)))
+        return gone
 
     def take_detached(self) -> list[tuple[Any, str]]:
         """Consumers detached since the last call, with the reason to tell them."""
@@ -216,15 +287,27 @@ class ShareBook(_Book):
         consumer.position = (epoch, pos)
         return Welcome(self.mode, epoch, pos)
 
-    def remove(self, peer: Any) -> None:
+    def remove(self, peer: Any) -> Consumer | None:
         """Forget a consumer that left or died; count what it had not acknowledged."""
         consumer = self.consumers.pop(peer, None)
         if consumer is not None:
-            self.lost_batches += len(consumer.unacked)
+            self.lost_batches += consumer.pending_batches()
+        return consumer
 
-    def _needed_from(self, consumer: Consumer) -> int:
+    def _revive(self, consumer: Consumer, upto: int) -> Consumer | None:
+        """A departed consumer back: its session goes on while the buffer still holds what it lacks."""
+        lost = consumer.pending_batches()
+        consumer.ack(upto)
+        consumer.rewind()
+        if consumer.first_needed() < (self.buffer[0].index if self.buffer else self.head):
+            return None
+        self.lost_batches -= lost
+        return consumer
+
+    @staticmethod
+    def _needed_from(consumer: Consumer) -> int:
         """The lowest item index this consumer still needs (unsent or unacknowledged)."""
-        return consumer.unacked[0][1].index if consumer.unacked else consumer.cursor
+        return consumer.first_needed()
 
     def _front_free(self) -> bool:
         front = self.buffer[0].index  # with no consumer at all, the buffer waits for one
@@ -269,7 +352,10 @@ class ShareBook(_Book):
         result = []
         base = self.buffer[0].index if self.buffer else self.head
         for consumer in self.consumers.values():
-            while consumer.cursor < self.head:
+            if not consumer.up:
+                continue
+            result.extend(consumer.resends())
+            while consumer.cursor < self.head and not consumer.resend:
                 item = self.buffer[consumer.cursor - base]
                 if not item.is_end and consumer.free <= 0:
                     break
@@ -279,7 +365,7 @@ class ShareBook(_Book):
 
     def done(self) -> bool:
         """The stream ended and every consumer has had and acknowledged all of it."""
-        return self.ended and all(c.cursor == self.head and not c.unacked for c in self.consumers.values())
+        return self.ended and all(c.cursor == self.head and not c.pending_batches() for c in self.consumers.values())
 
     def undelivered(self) -> dict[str, int]:
         """Per consumer name: batches not yet acknowledged (sent or not)."""
@@ -287,8 +373,8 @@ class ShareBook(_Book):
         result = {}
         for c in self.consumers.values():
             unsent = sum(1 for item in list(self.buffer)[max(c.cursor - base, 0):] if not item.is_end)
-            if unsent + len(c.unacked):
-                result[c.name] = unsent + len(c.unacked)
+            if unsent + c.pending_batches():
+                result[c.name] = unsent + c.pending_batches()
         return result
 
 
@@ -307,14 +393,29 @@ class SplitBook(_Book):
         consumer.position = (self.epoch, self.pos)
         return Welcome(self.mode, self.epoch, self.pos)
 
-    def remove(self, peer: Any) -> None:
+    def remove(self, peer: Any) -> Consumer | None:
         """Forget a consumer; its unacknowledged batches go back to the front of the queue."""
         consumer = self.consumers.pop(peer, None)
         if consumer is None:
-            return
-        returned = [item for _, item in consumer.unacked]
+            return None
+        returned = [item for item in [*(item for _, item in consumer.unacked), *consumer.resend] if not item.is_end]
         self.reassigned += len(returned)
         self.pending.extendleft(reversed(returned))
+        return consumer
+
+    def _revive(self, consumer: Consumer, upto: int) -> Consumer:
+        """A departed consumer back: the batches it had up to `upto` (it used them) are taken back
+        from the queue while nobody else has them yet; the rest stay others'. Its numbers go on past
+        everything it was sent, so it drops its old copies; ends it lacks are sent again."""
+        delivered = [*consumer.unacked, *((None, item) for item in consumer.resend)]
+        for number, item in delivered:
+            if number is not None and number <= upto and not item.is_end and item in self.pending:
+                self.pending.remove(item)
+                self.reassigned -= 1
+        consumer.resend = deque(item for number, item in delivered if item.is_end and not (number and number <= upto))
+        consumer.unacked.clear()
+        consumer.acked, consumer.outstanding = consumer.sent, 0
+        return consumer
 
     def can_take(self) -> bool:
         """True when the next item may be added: the stream flows, the epoch is not closing, and
@@ -331,19 +432,24 @@ class SplitBook(_Book):
             self.epoch, self.pos = item.epoch, item.pos + 1
 
     def _outstanding(self) -> int:
-        return sum(len(c.unacked) for c in self.consumers.values())
+        return sum(c.pending_batches() for c in self.consumers.values())
 
     def sends(self) -> list[Send]:
         """Pending batches to the consumers with the most free credit; the epoch's end to everyone
         once all of its batches are acknowledged."""
-        result = []
-        while self.pending and self.consumers:
-            consumer = max(self.consumers.values(), key=lambda c: (c.free, -c.sent))
+        up = [c for c in self.consumers.values() if c.up]
+        result = [send for c in up for send in c.resends()]
+        while self.pending and up:
+            consumer = max(up, key=lambda c: (c.free, -c.sent))
             if consumer.free <= 0:
                 break
             result.append(consumer.deliver(self.pending.popleft()))
         if self.closing is not None and not self.pending and self.consumers and not self._outstanding():
-            result.extend(c.deliver(self.closing) for c in self.consumers.values())
+            for consumer in self.consumers.values():  # one that is away gets it when it is back
+                if consumer.up:
+                    result.append(consumer.deliver(self.closing))
+                else:
+                    consumer.resend.append(self.closing)
             self.closing = None
         return result
 
@@ -352,7 +458,7 @@ class SplitBook(_Book):
 
     def undelivered(self) -> dict[str, int]:
         """Batches not acknowledged by anyone: pending ones under "(nobody)", the rest per consumer."""
-        result = {c.name: len(c.unacked) for c in self.consumers.values() if c.unacked}
+        result = {c.name: c.pending_batches() for c in self.consumers.values() if c.pending_batches()}
         if self.pending:
             result["(nobody)"] = len(self.pending)
         return result

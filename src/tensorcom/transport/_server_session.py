@@ -1,0 +1,86 @@
+"""A consumer's session with one sharing server (zjoin), as the consumer sees it: which server, the
+last delivery it took, whether the connection is up and since when it is not. Pure (no zmq): the
+joiner feeds it connection events, the server's welcomes and the numbers of its deliveries, with
+the time, and does what it answers.
+
+    session.connected(now) -> bool        the connection is up (handshake done); True: send a join again
+    session.join_fields() -> dict         what the join says of the session: {server, upto} once it has one
+    session.disconnected(now)             the connection closed; the session waits for it
+    session.welcome(server, resumed, n)   the server's welcome -> CONTINUED or NEW (a new session)
+    session.accept(n) -> bool             take delivery n? (False: a duplicate, a gap, an old session's)
+    session.unreachable(now, liveness)    down for the whole liveness window
+    session.excuse(now)                   PeerLost was raised: the next verdict waits another window
+
+Numbers: the server numbers its deliveries (batches and epoch ends) 1, 2, ... per session and, after
+a reconnect, sends again what was not acknowledged, with the same numbers. So the consumer takes
+delivery `last + 1` only: a lower number is a duplicate, a higher one follows a gap that the server
+fills when it sends again (what it sent into a connection that closed). Between a reconnect and the
+server's answer (`resuming`) nothing is taken: those deliveries came through the old connection and
+are sent again if the session goes on, or belong to a session that is over.
+"""
+
+from __future__ import annotations
+
+CONTINUED = "continued"
+NEW = "new"
+
+
+class ServerSession:
+    """One server's session as a consumer sees it (module docstring). `server`: the id of the
+    server the session is with (None before the first welcome and after the server said bye)."""
+
+    def __init__(self) -> None:
+        self.server: str | None = None
+        self.last = 0  # the number of the last delivery taken
+        self.up = False  # the connection is up (ZMTP handshake done)
+        self.down_since: float | None = None  # when it closed; None while up or never connected
+        self.resuming = False  # reconnected and joined again; the server's answer has not come
+        self.connects = 0
+
+    def connected(self, now: float) -> bool:
+        """The connection is up; True when this is a reconnect (send `join` again)."""
+        self.connects += 1
+        self.up, self.down_since = True, None
+        self.resuming = self.connects > 1
+        return self.resuming
+
+    def join_fields(self) -> dict:
+        """What a join says of the session: the server it is with and the last delivery it took."""
+        return {} if self.server is None else {"server": self.server, "upto": self.last}
+
+    def disconnected(self, now: float) -> None:
+        """The connection closed (ZeroMQ reconnects by itself)."""
+        if self.up or self.down_since is None:
+            self.up, self.down_since = False, now
+
+    def welcome(self, server: str, resumed: bool, n: int) -> str:
+        """The server's welcome: CONTINUED when it goes on with this session (it has deliveries up to
+        `n`: everything later comes again), NEW otherwise (a restarted server, a server that gave
+        the session up, or the first welcome)."""
+        continued = resumed and server == self.server
+        self.server, self.last, self.resuming = server, n if continued else 0, False
+        return CONTINUED if continued else NEW
+
+    def accept(self, n: int | None) -> bool:
+        """Whether to take delivery `n` (None: an unnumbered one from an older server: taken)."""
+        if self.resuming or self.server is None:
+            return False
+        if n is None:
+            return True
+        if n != self.last + 1:
+            return False
+        self.last = n
+        return True
+
+    def finished(self) -> None:
+        """The server said bye: the session is over."""
+        self.server = None
+
+    def unreachable(self, now: float, liveness: float | None) -> bool:
+        """True when the connection has been down for the whole liveness window."""
+        return liveness is not None and not self.up and self.down_since is not None and now - self.down_since >= liveness
+
+    def excuse(self, now: float) -> None:
+        """PeerLost was raised for this session: the next verdict waits another liveness window."""
+        if not self.up:
+            self.down_since = now
