@@ -1,0 +1,146 @@
+"""The consumer's session core (tensorcom.transport._server_session) and the books' reconnect rules
+(tensorcom.transport.sharing), without sockets: reconnects, duplicates, gaps, silence, departures."""
+
+from __future__ import annotations
+
+from sharing_books import Stream, feed  # tests/transport/sharing_books.py
+
+from tensorcom.transport._server_session import CONTINUED, NEW, ServerSession
+from tensorcom.transport.sharing import MAX_DEPARTED, ShareBook, SplitBook
+
+
+def joined(server: str = "s1") -> ServerSession:
+    session = ServerSession()
+    session.connected(0.0)
+    assert session.welcome(server, False, 0) == NEW
+    return session
+
+
+def test_a_session_takes_deliveries_in_order_and_drops_duplicates_and_gaps():
+    session = joined()
+    assert [session.accept(n) for n in (1, 2, 2, 1, 4, 3)] == [True, True, False, False, False, True]
+    assert session.last == 3
+    assert session.accept(None)  # an older server's unnumbered end
+
+
+def test_nothing_is_taken_before_a_welcome_nor_between_a_reconnect_and_its_answer():
+    session = ServerSession()
+    assert not session.accept(1)
+    session = joined()
+    assert session.accept(1)
+    session.disconnected(1.0)
+    assert session.accept(2)  # read from the queue of the old connection before the reconnect
+    assert session.connected(2.0)  # a reconnect: join again
+    assert session.join_fields() == {"server": "s1", "upto": 2}
+    assert not session.accept(3)  # from the old connection: sent again if the session goes on
+    assert session.welcome("s1", True, 2) == CONTINUED
+    assert session.accept(3) and session.last == 3
+
+
+def test_a_new_session_restarts_the_numbers():
+    session = joined()
+    assert session.accept(1) and session.accept(2)
+    session.connected(1.0)
+    assert session.welcome("s2", True, 2) == NEW  # another server (restarted): not this session
+    assert session.last == 0 and session.accept(1)
+    session.connected(2.0)
+    assert session.welcome("s2", False, 0) == NEW  # the server gave the session up
+    assert not session.accept(2) and session.accept(1)
+
+
+def test_unreachable_only_after_the_whole_window_down_and_excused_for_another():
+    session = joined()
+    assert not session.unreachable(100.0, 2.0)  # up: never
+    session.disconnected(10.0)
+    session.disconnected(11.0)  # a second event does not move the clock
+    assert not session.unreachable(11.9, 2.0) and session.unreachable(12.0, 2.0)
+    assert not session.unreachable(1e9, None)
+    session.excuse(12.0)
+    assert not session.unreachable(13.9, 2.0) and session.unreachable(14.0, 2.0)
+    session.connected(15.0)
+    assert not session.unreachable(100.0, 2.0)
+    assert not ServerSession().unreachable(100.0, 2.0)  # never connected: a server not started yet
+
+
+def test_share_reconnect_sends_again_what_was_not_acknowledged_with_the_same_numbers():
+    book, stream = ShareBook(replay=100), Stream()
+    book.join("a", "a", 3)
+    feed(book, stream, "bbbbe")
+    first = book.sends()
+    assert [s.number for s in first] == [1, 2, 3]
+    book.disconnect("a", 0.0)
+    book.ack("a", 1)
+    assert book.sends() == []  # nothing to a consumer whose connection is down
+    welcome = book.resume("a", 2)
+    assert welcome.resumed and welcome.n == 2
+    again = book.sends()
+    assert [(s.number, s.item.index) for s in again] == [(3, 2), (4, 3), (5, 4)]  # 3 again, then on; the end too
+    book.ack("a", 5)
+    book.end_stream()
+    assert book.done()
+
+
+def test_share_a_consumer_down_past_the_window_departs_and_comes_back_while_the_buffer_holds():
+    book, stream = ShareBook(replay=4), Stream()
+    book.join("a", "a", 2)
+    feed(book, stream, "bbb")
+    book.sends()
+    book.disconnect("a", 10.0)
+    assert book.expire(11.0, 2.0) == [] and book.expire(12.0, 2.0) == ["a"]
+    assert "a" not in book.consumers and book.lost_batches == 2  # sent, not acknowledged
+    welcome = book.resume("a", 1)
+    assert welcome is not None and welcome.n == 1 and book.lost_batches == 0
+    assert [(s.number, s.item.index) for s in book.sends()] == [(2, 1), (3, 2)]
+
+
+def test_share_a_departed_consumer_whose_batches_left_the_buffer_starts_anew():
+    book, stream = ShareBook(replay=2), Stream()
+    book.join("a", "a", 1)
+    book.join("b", "b", 1)
+    feed(book, stream, "b")
+    book.ack("b", [s.number for s in book.sends() if s.peer == "b"][0])
+    book.disconnect("a", 0.0)
+    book.expire(5.0, 1.0)
+    for _ in range(4):  # b goes on; the buffer drops what a lacked
+        feed(book, stream, "b")
+        for send in book.sends():
+            book.ack("b", send.number)
+    assert book.resume("a", 0) is None
+    assert book.join("a", "a", 1).resumed is False
+
+
+def test_split_a_departed_consumer_keeps_what_it_used_and_the_rest_goes_to_others_once():
+    book, stream = SplitBook(replay=100), Stream()
+    book.join("a", "a", 3)
+    feed(book, stream, "bbb")
+    assert [s.number for s in book.sends()] == [1, 2, 3]
+    book.disconnect("a", 0.0)
+    book.expire(10.0, 1.0)
+    assert len(book.pending) == 3 and book.reassigned == 3
+    welcome = book.resume("a", 2)  # it used 1 and 2 while away: they are taken back from the queue
+    assert welcome.n == 3 and len(book.pending) == 1 and book.reassigned == 1
+    again = book.sends()
+    assert [(s.number, s.item.index) for s in again] == [(4, 2)]  # new numbers: its old copy of 3 is dropped
+
+
+def test_split_the_end_waits_for_a_consumer_that_is_away_and_reaches_it_when_back():
+    book, stream = SplitBook(replay=100), Stream()
+    book.join("a", "a", 2)
+    book.join("b", "b", 2)
+    feed(book, stream, "be")
+    for send in book.sends():
+        book.ack(send.peer, send.number)
+    book.disconnect("b", 0.0)
+    ends = book.sends()
+    assert [s.peer for s in ends] == ["a"] and ends[0].item.is_end
+    book.resume("b", book.consumers["b"].acked)
+    assert [s.item.is_end for s in book.sends()] == [True]
+
+
+def test_departed_consumers_are_bounded():
+    book = SplitBook()
+    for i in range(MAX_DEPARTED + 5):
+        book.join(i, str(i), 1)
+        book.disconnect(i, 0.0)
+    book.expire(1.0, 1.0)
+    assert len(book.departed) == MAX_DEPARTED and 0 not in book.departed
