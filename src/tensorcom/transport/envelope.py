@@ -4,10 +4,15 @@ Every message between a sharing server and a consumer starts with one control fr
 `CONTROL_MAGIC` then a msgpack map whose "k" names the kind. A batch's control frame is followed by the
 frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the whole protocol).
 
-    consumer -> server   join {name, credit, observe, shm?}, ack {upto}, leave {}, shm {ok}
-    server -> consumer   welcome {server, mode, epoch, pos, shm?}, batch {n, epoch, pos} + wire frames
+    consumer -> server   join {name, credit, observe, shm?, session?, server?, upto?}, ack {upto},
+                         leave {}, shm {ok}
+    server -> consumer   welcome {server, mode, epoch, pos, resumed?, n?, shm?},
+                         batch {n, epoch, pos} + wire frames
                          (or batch {n, epoch, pos, shm: reference}, no frames: _shm),
-                         end {epoch, batches}, detached {why}, status {consumers}, bye {}
+                         end {epoch, batches, n?}, detached {why}, status {consumers}, bye {}
+
+(`session`, `server`, `upto`, `resumed` and `n` carry a session over a reconnect; batches and ends
+are numbered alike by `n`.)
     producer -> server   finish {ends?} (on the server's input: the stream ends after what was sent
                          before, or once `ends` epochs have ended)
 
