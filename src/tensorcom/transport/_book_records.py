@@ -1,0 +1,128 @@
+"""What a sharing book (tensorcom.transport.sharing) records: the items of the served stream, the
+sends it orders, the welcome it answers a join with, and each consumer's deliveries, numbers,
+acknowledgements and credit across reconnects. Pure (no zmq)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item of the served stream: a batch (`frames`: its wire message) or the end of an epoch
+    (`frames` None). `index` counts items from 0 over the stream's life; `pos` is the batch's position
+    in its epoch (for an end: the number of batches of the epoch)."""
+
+    index: int
+    epoch: int
+    pos: int
+    frames: Any = None
+    samples: int = 0
+    nbytes: int = 0
+
+    @property
+    def is_end(self) -> bool:
+        return self.frames is None
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """What a joining consumer is told: the mode, where it starts (epoch, position in it); for a
+    session that goes on after a reconnect, `resumed` and `n`, the last delivery it has."""
+
+    mode: str
+    epoch: int
+    pos: int
+    resumed: bool = False
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send `item` to `peer`; `number` is the delivery number of a batch (0 for an epoch's end)."""
+
+    peer: Any
+    item: Item
+    number: int
+
+
+@dataclass
+class Consumer:
+    """A joined consumer as the book sees it: its credit, deliveries and acknowledgements, whether its
+    connection is up, and what the server reports of it (position, rate)."""
+
+    peer: Any
+    name: str
+    credit: int
+    sent: int = 0  # the last delivery number (batches and ends are numbered alike)
+    acked: int = 0  # deliveries acknowledged (cumulative)
+    unacked: deque = field(default_factory=deque)  # (number, item) of delivered, unacknowledged items
+    resend: deque = field(default_factory=deque)  # items to deliver again, first, after a reconnect
+    outstanding: int = 0  # unacknowledged batches (what credit counts; ends need none)
+    batches: int = 0  # batches acknowledged
+    cursor: int = 0  # share mode: index of the next item to send
+    samples: int = 0  # samples acknowledged
+    position: tuple[int, int] = (0, 0)  # (epoch, pos) of the last item sent
+    up: bool = True  # its connection is there (else nothing is sent to it)
+    down_since: float | None = None
+    joined: float = field(default_factory=time.monotonic)
+
+    @property
+    def free(self) -> int:
+        """Credit not in use: batches the server may still send now."""
+        return self.credit - self.outstanding
+
+    def deliver(self, item: Item) -> Send:
+        """Record sending `item` (the next delivery number) to this consumer and return the Send."""
+        self.position = (item.epoch, item.pos)
+        self.sent += 1
+        self.unacked.append((self.sent, item))
+        self.outstanding += not item.is_end
+        return Send(self.peer, item, self.sent)
+
+    def ack(self, upto: int) -> list[Item]:
+        """Acknowledge deliveries up to `upto` (ignoring stale or future numbers); returns the batches."""
+        done = []
+        while self.unacked and self.unacked[0][0] <= min(upto, self.sent):
+            item = self.unacked.popleft()[1]
+            if not item.is_end:
+                done.append(item)
+        self.acked = max(self.acked, min(upto, self.sent))
+        self.outstanding -= len(done)
+        self.batches += len(done)
+        self.samples += sum(item.samples for item in done)
+        return done
+
+    def rewind(self) -> None:
+        """After a reconnect: what was delivered and not acknowledged is delivered again, first, with
+        the same numbers (acked + 1, ...), so the consumer can drop what it already has."""
+        self.resend = deque([item for _, item in self.unacked] + list(self.resend))
+        self.unacked.clear()
+        self.sent, self.outstanding = self.acked, 0
+
+    def resends(self) -> list[Send]:
+        """Deliver what rewind() queued, within credit."""
+        result = []
+        while self.resend and (self.resend[0].is_end or self.free > 0):
+            result.append(self.deliver(self.resend.popleft()))
+        return result
+
+    def pending_batches(self) -> int:
+        """Batches delivered or to deliver again, not acknowledged."""
+        return self.outstanding + sum(not item.is_end for item in self.resend)
+
+    def first_needed(self) -> int:
+        """Share mode: the lowest item index this consumer still needs (unacknowledged or unsent)."""
+        if self.unacked:
+            return self.unacked[0][1].index
+        return self.resend[0].index if self.resend else self.cursor
+
+    def report(self, head: int | None = None) -> dict:
+        """Position, lag (items behind the stream's head, share mode), rate and credit, for reports."""
+        seconds = max(time.monotonic() - self.joined, 1e-9)
+        return {"name": self.name, "epoch": self.position[0], "pos": self.position[1],
+                "lag": None if head is None else max(head - self.cursor, 0), "acked": self.batches,
+                "samples_per_s": self.samples / seconds, "credit": self.credit, "free": self.free}
