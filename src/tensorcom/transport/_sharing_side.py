@@ -12,6 +12,7 @@ share_server, joiner and sharing).
 from __future__ import annotations
 
 import secrets
+import threading
 from typing import Any
 
 from tensorcom.transport import _sockets as sockets
@@ -80,6 +81,17 @@ class SharingSide:
         self._release_security()
         sockets.release_context()
         self._context = None
+
+    def _drop_sharing(self) -> None:
+        """A Connection collected without close(): abort the server (nothing more is delivered) or
+        leave the servers, without lingering, and release the context (_abandon_sharing); from the
+        server's own thread (a collection can run there) in a new thread, as no thread can wait for
+        itself."""
+        thread = getattr(self._server, "_thread", None)
+        if thread is not None and thread is threading.current_thread():
+            threading.Thread(target=self._abandon_sharing, name="tensorcom-drop", daemon=True).start()
+        else:
+            self._abandon_sharing()
 
     def _secure_socket(self, serving: bool) -> Any:
         """A function applying this Connection's CURVE settings to a socket (as server or client)."""

@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import struct
+import sys
 import termios
 import threading
 import time
@@ -170,13 +171,14 @@ class Monitor(zmq.Socket):
 
     watched: zmq.Socket | None = None
     stopped = False
+    parked = False
     _pid = 0
 
     def close(self, linger: int | None = None) -> None:
         """Stop the watched socket's monitoring, then close. When that socket is closed already and
         may still report (it lingers), the reader is parked instead: kept open and read until the
         socket stops, then closed (by later open_monitor / release_context calls)."""
-        if self.closed or self._pid != os.getpid():
+        if self.closed or self.parked or self._pid != os.getpid():
             return
         watched, self.watched = self.watched, None
         if watched is not None and not watched.closed:
@@ -187,7 +189,14 @@ class Monitor(zmq.Socket):
             super().close(linger=0)
         else:
             with _lock:
+                self.parked = True
                 _parked.append(self)
+
+    def __del__(self) -> None:
+        """Collected unclosed (with what owned it): close() as above, without pyzmq's warning (the
+        owner warns, if anyone). Nothing at interpreter exit."""
+        if not sys.is_finalizing():
+            self.close()
 
 
 def open_monitor(sock: zmq.Socket, events: int | None = None) -> Monitor:

@@ -36,6 +36,7 @@ import os
 import secrets
 import socket as _socket
 import sys
+import warnings
 from typing import Any, Iterable
 
 import zmq
@@ -153,6 +154,7 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         self._consumed = Consumption()
         self._context = None
         self._closed = False
+        self._pid = os.getpid()  # a forked child's copy never closes the parent's sockets (__del__)
         if url is not None:
             try:
                 self.connect(url, topic=topic)
@@ -256,6 +258,29 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         """close(); leaving by an exception, a plain sending socket discards what is still queued
         rather than wait to deliver it."""
         self.close(linger=0.0 if exc_type is not None and self._outlet is not None else None)
+
+    def __del__(self) -> None:
+        """Collected without close() (in the process that made it): release what it holds without
+        lingering, monitors before sockets before the shared context, then warn (ResourceWarning),
+        as Python does for a file. Nothing is waited for, so no pattern of dropped Connections can
+        stop the process or ZeroMQ's I/O thread. At interpreter exit, nothing is done."""
+        if (self.__dict__.get("_closed", True) or self.__dict__.get("_pid") != os.getpid()
+                or sys.is_finalizing()):
+            return
+        self._closed = True
+        try:
+            if self._server is not None or self._joiner is not None:
+                self._drop_sharing()
+            elif self.socket is not None:
+                try:
+                    self._close_socket(0.0)
+                finally:
+                    self.socket = None
+                    self._release_security()
+                    sockets.release_context()
+        finally:
+            warnings.warn(f"unclosed Connection {self.url}: its sockets were closed when it was collected "
+                          "(call close(), or use it in a with block)", ResourceWarning, source=self)
 
     def __len__(self) -> int:
         """0.1's `epoch` argument."""
