@@ -39,6 +39,7 @@ class Proc:
         self.events: list[Event] = []
         self._changed = threading.Condition()
         self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._stderr_text = ""
         self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
                                       text=True, start_new_session=True, env=env)
         self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
@@ -89,9 +90,15 @@ class Proc:
     def describe(self, last: int = 6) -> str:
         """The last events and the tail of stderr, for failure messages."""
         tail = [e.data for e in self.events[-last:]]
-        self._stderr.seek(0)
-        err = self._stderr.read()[-1500:].strip()
+        err = self.stderr()[-1500:].strip()
         return f"exit status {self.popen.poll()}; last events {tail}" + (f"; stderr: {err}" if err else "")
+
+    def stderr(self) -> str:
+        """What the process wrote to stderr so far (all of it, also after close())."""
+        if not self._stderr.closed:
+            self._stderr.seek(0)
+            self._stderr_text = self._stderr.read()
+        return self._stderr_text
 
     def signal(self, sig: int) -> None:
         """Send `sig` (SIGSTOP, SIGCONT, SIGKILL, ...) to the process itself."""
@@ -114,5 +121,6 @@ class Proc:
     def close(self) -> None:
         """kill(), then release the pipes and the stderr file."""
         self.kill()
+        self.stderr()
         self.popen.stdout.close()
         self._stderr.close()
