@@ -198,3 +198,35 @@ def s3_server():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+# --- /dev/shm: nothing of ours outlives the test session ---
+
+SHM = "/dev/shm"
+SHM_PATTERNS = ("tensorcom-*", "sem.mp-*")  # our segments; multiprocessing's named semaphores
+
+
+def shm_entries() -> set[str]:
+    """The names in /dev/shm matching SHM_PATTERNS (empty where there is no /dev/shm)."""
+    import fnmatch
+
+    try:
+        names = os.listdir(SHM)
+    except OSError:
+        return set()
+    return {name for name in names if any(fnmatch.fnmatch(name, p) for p in SHM_PATTERNS)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_shm():
+    """Fails the session (an error at its last teardown, so a non-zero exit status) when /dev/shm
+    holds entries matching SHM_PATTERNS that were not there before it, naming them. Another
+    session running at the same time on this host can create such entries too."""
+    before = shm_entries()
+    yield
+    import gc
+
+    gc.collect()  # primitives of this process unlink their names when collected
+    left = sorted(shm_entries() - before)
+    if left:
+        pytest.fail(f"the tests left {len(left)} entries in {SHM}: {', '.join(left)}", pytrace=False)
