@@ -244,10 +244,10 @@ def test_a_consumer_process_that_exits_leaves_the_servers_segments_alone(free_po
     peer = os.path.join(os.path.dirname(__file__), "share_peer.py")
     first = popen.python(peer, "consume", f"zjoin://{url}", "--out", str(tmp_path / "a.jsonl"), "--passes", "1")
     assert first.wait(timeout=60) == 0
-    assert any(name.endswith("-probe") for name in segments_of(server_id))  # its exit unlinked nothing
+    assert any(not name.endswith("-probe") for name in segments_of(server_id))  # its exit unlinked nothing
     late = Connection(f"zjoin://{url}")
     late.recv()
-    assert late._joiner.links[0].shm_prefix is not None  # a later consumer still reads the probe
+    assert late._joiner.links[0].shm_prefix is not None  # a later consumer is offered a probe too
     late.close()
     share.abort()
     thread.join(timeout=30)
@@ -270,6 +270,10 @@ def test_a_killed_servers_segments_are_unlinked_by_its_resource_tracker(free_por
     consumer = Connection(f"zjoin://{url}", credit=2)
     consumer.recv()
     server_id = consumer._joiner.links[0].server
+    for _ in range(20):  # the first batches may go as frames, before the server has the consumer's answer
+        if segments_of(server_id):
+            break
+        consumer.recv()
     assert consumer._joiner.links[0].shm_prefix and segments_of(server_id)  # batches came through shared memory
     server.kill()
     server.wait(timeout=10)

@@ -113,15 +113,25 @@ class Arena:
         self._placed: dict[int, _Placement] = {}  # id(item) -> its placement, while the item lives
         self._names = itertools.count()
         self._generations = itertools.count(1)
-        self.probe = create_segment(self.prefix + "probe", HEADER)
-        self.probe.buf[: len(MAGIC) + TOKEN_BYTES] = MAGIC + self.token
+        self.probe: shared_memory.SharedMemory | None = None  # exists only while an answer is awaited
+        self._awaited = 0  # offers not answered yet
 
     def offer(self) -> dict:
-        """What `welcome` carries for a consumer that asked: the probe's name and token."""
+        """What `welcome` carries for a consumer that asked: the probe's name and token. The probe is
+        made for it, and unlinked once every offer made was answered (a killed server leaves it
+        behind only while an answer is on its way)."""
+        if self.probe is None:
+            self.probe = create_segment(self.prefix + "probe", HEADER)
+            self.probe.buf[: len(MAGIC) + TOKEN_BYTES] = MAGIC + self.token
+        self._awaited += 1
         return {"name": self.probe.name.lstrip("/"), "token": self.token.hex()}
 
     def accept(self, peer: Any, ok: Any) -> None:
         """A consumer's answer to the offer."""
+        self._awaited = max(self._awaited - 1, 0)
+        if self._awaited == 0 and self.probe is not None:
+            _discard(self.probe)
+            self.probe = None
         if ok is True and self.failed is None:
             self.peers.add(peer)
         else:
@@ -188,9 +198,9 @@ class Arena:
 
     def close(self) -> None:
         """Unlink every segment (consumers that still map one keep their mapping until they drop it)."""
-        for segment in [*self._all, self.probe]:
+        for segment in [*self._all, *([self.probe] if self.probe is not None else [])]:
             _discard(segment)
-        self._all, self._free, self._placed = [], [], {}
+        self._all, self._free, self._placed, self.probe = [], [], {}, None
 
 
 class Reader:
