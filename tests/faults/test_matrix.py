@@ -30,19 +30,31 @@ from faults.cells import BATCH, BATCHES, FAULTS, RESTART_FIRST, SCHEMES, Run
 pytestmark = [pytest.mark.net, pytest.mark.procs, pytest.mark.timeout(600)]
 
 CONCURRENT = 8  # cells at once: they mostly wait (pacing, partitions), but each has 2-4 Python processes
-SLACK = 1.0  # seconds beyond the issue's liveness + 2 s, for a loaded CI machine
-KNOWN: dict[tuple[str, str], str] = {  # (fault, scheme) -> what fails today (issue 16); remove when fixed
-    ("reset", "push"): "a reset ends the pass with PeerLost ('its connection closed'); the sender's later "
-                       "batches never arrive and the server blocks",
-    ("reset", "pub"): "a reset ends the pass with PeerLost ('its connection closed')",
-    ("partition-long", "push"): "after PeerLost the rest of the sender's epoch is discarded: no id arrives "
-                                "after healing",
-    ("partition-long", "pub"): "after PeerLost the rest of the sender's epoch is discarded: no id arrives "
-                               "after healing",
-    ("stop-server", "push"): "PeerLost while the server is stopped, then the rest of its epoch is discarded",
-    ("stop-consumer", "split"): "a consumer stopped past liveness gets batches again that the other consumer "
-                                "had: duplicated ids in the union",
-    ("stop-consumer", "push"): "a consumer stopped past liveness never gets the rest of the stream",
+SLACK = 2.0  # seconds beyond the issue's liveness + 2 s: a generous margin for a loaded CI machine
+RESET_LOST = "a reset ends the pass with PeerLost ('its connection closed')"
+EPOCH_DISCARDED = "after PeerLost the rest of the sender's epoch is discarded: no id arrives after healing"
+NOT_RESUMED = "after a 30 s partition the stream does not resume within 60 s of healing"
+SPLIT_TWICE = "a consumer stopped past liveness gets batches again that the other consumer had: duplicated ids"
+PULL_STARVED = "a consumer stopped past liveness never gets the rest of the stream"
+STOPPED_SENDER = "PeerLost while the server is stopped, then the rest of its epoch is discarded"
+KNOWN: dict[tuple[str, str], str] = {  # (fault, scheme) -> what fails on a0164ed (issue 16); remove when fixed
+    ("reset", "push"): RESET_LOST + "; the sender's later batches never arrive and the server blocks",
+    ("reset", "pub"): RESET_LOST,
+    ("partition-long", "push"): EPOCH_DISCARDED,
+    ("partition-long", "pub"): EPOCH_DISCARDED,
+    ("stop-server", "push"): STOPPED_SENDER,
+    ("stop-consumer", "split"): SPLIT_TWICE,
+    ("partition-30s", "share"): NOT_RESUMED,
+    ("partition-30s", "split"): NOT_RESUMED,
+    ("partition-30s", "push"): EPOCH_DISCARDED,
+    ("partition-30s", "pub"): EPOCH_DISCARDED,
+    ("stop-server-30s", "push"): STOPPED_SENDER,
+    ("stop-consumer-30s", "split"): SPLIT_TWICE,
+}
+SOMETIMES: dict[tuple[str, str], str] = {  # cells that fail in some runs only: xfail, not strict
+    ("partition-long", "split"): "duplicated ids in the union in about 1 run of 4",
+    ("stop-consumer", "push"): PULL_STARVED + " in about 3 runs of 4",
+    ("stop-consumer-30s", "push"): PULL_STARVED + " (as its short twin, in most runs)",
 }
 
 
@@ -58,7 +70,7 @@ class Matrix:
 
     def __init__(self, selected: list[tuple[str, str]]):
         self.pool = concurrent.futures.ThreadPoolExecutor(CONCURRENT, thread_name_prefix="cell")
-        long_first = sorted(selected, key=lambda cell: FAULTS[cell[0]].liveness != cells.SHORT_LIVENESS)
+        long_first = sorted(selected, key=lambda cell: -FAULTS[cell[0]].length)
         self.futures = {cell: self.pool.submit(cells.run_cell, FAULTS[cell[0]], SCHEMES[cell[1]])
                         for cell in long_first}
 
@@ -234,13 +246,19 @@ def check_consumer_restarted(run: Run) -> None:
 CHECKS = {"reset": check_absorbed, "partition-3s": check_absorbed, "lossy": check_absorbed,
           "partition-long": check_long_partition, "half-open": check_half_open, "stop-server": check_paused,
           "stop-consumer": check_paused, "kill-server": check_server_restarted,
-          "kill-consumer": check_consumer_restarted}
+          "kill-consumer": check_consumer_restarted, "partition-30s": check_long_partition,
+          "stop-server-30s": check_paused, "stop-consumer-30s": check_paused}
 
 
 def cell(fault: str, scheme: str):
-    """The parameters of one cell, xfail(strict) when KNOWN says it fails today."""
-    known = KNOWN.get((fault, scheme))
+    """The parameters of one cell: xfail(strict) when KNOWN says it fails today, xfail when SOMETIMES says
+    it fails in some runs, slow for the cells with the issue's full lengths."""
+    known, sometimes = KNOWN.get((fault, scheme)), SOMETIMES.get((fault, scheme))
     marks = [pytest.mark.xfail(strict=True, reason=f"issue 16: {known}")] if known else []
+    if sometimes:
+        marks.append(pytest.mark.xfail(strict=False, reason=f"issue 16: {sometimes}"))
+    if FAULTS[fault].slow:
+        marks.append(pytest.mark.slow)
     return pytest.param(fault, scheme, marks=marks, id=f"{fault}-{scheme}")
 
 
