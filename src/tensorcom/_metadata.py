@@ -28,7 +28,7 @@ import msgpack
 from .errors import DecodeError
 
 VERSION = 2
-KINDS = ("batch", "end_of_epoch")
+KINDS = ("batch", "end_of_epoch", "tick")
 EXT_ARRAY = 1  # msgpack ext type: 4-byte big-endian index of an array among the tenbin pairs
 EXT_TUPLE = 2  # msgpack ext type: payload is the msgpack array of the tuple's items
 MAX_DEPTH = 64  # nesting limit for tuples inside tuples when decoding
@@ -72,6 +72,7 @@ class Metadata(NamedTuple):
     group: str | None
     group_size: int
     share: tuple[str, int, int] | None
+    reply: tuple | None = None
 
 
 def _error(message: str) -> DecodeError:
@@ -212,6 +213,16 @@ def _share(value: Any) -> tuple[str, int, int] | None:
     return value[0], worker, workers
 
 
+def _reply(value: Any) -> tuple | None:
+    """The `reply` field as (addresses, token, floor, tx), or None when absent/nil (protocol.md 4.3)."""
+    if value is None:
+        return None
+    if (type(value) is not list or len(value) != 4 or type(value[0]) is not list or type(value[1]) is not str
+            or not all(type(a) is str for a in value[0])):
+        raise _error(f"metadata reply={value!r} is not [addresses, token, floor, tx]")
+    return tuple(value[0]), value[1], _integer(value[2], "reply floor", 0), _integer(value[3], "reply tx", 0)
+
+
 def _check(meta: Any, payload: Any) -> Metadata:
     """The checked fields of an unpacked metadata map (docs/protocol.md 4.2); DecodeError otherwise."""
     if type(meta) is not dict:
@@ -229,7 +240,8 @@ def _check(meta: Any, payload: Any) -> Metadata:
         raise _error(f"metadata sender={meta['sender']!r} / group={group!r} must be str")
     return Metadata(meta["kind"], meta.get("batch"), _integer(meta["seq"], "seq", 0),  # positional: faster
                     _integer(meta["epoch"], "epoch", 0), meta["sender"], group,
-                    _integer(meta.get("group_size", 1), "group_size", 1), _share(meta.get("share")))
+                    _integer(meta.get("group_size", 1), "group_size", 1), _share(meta.get("share")),
+                    _reply(meta.get("reply")))
 
 
 def read_metadata(payload: Any, arrays: list, max_plain_values: int) -> Metadata:
@@ -248,8 +260,8 @@ def read_metadata(payload: Any, arrays: list, max_plain_values: int) -> Metadata
     meta = _check(_unpack(payload, _ExtHook(arrays, used, max_plain_values)), payload)
     if meta.kind == "batch" and not isinstance(meta.batch, (list, tuple, dict)):
         raise _error(f"batch is a {type(meta.batch).__name__}, not a list, tuple or dict")
-    if meta.kind == "end_of_epoch" and (meta.batch is not None or arrays):
-        raise _error("an end-of-epoch marker carries no batch")
+    if meta.kind != "batch" and (meta.batch is not None or arrays):
+        raise _error(f"a {meta.kind} message carries no batch")
     if used.count(1) != len(used):
         raise _error(f"arrays referenced {used} times instead of once each")
     return meta

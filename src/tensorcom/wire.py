@@ -23,8 +23,9 @@ from . import settings, tenbin
 from ._metadata import EXT_ARRAY, EXT_TUPLE, KINDS, MAX_DEPTH, VERSION, read_metadata
 from .errors import DecodeError, EncodeError, MessageTooLarge
 
-__all__ = ["EXT_ARRAY", "EXT_TUPLE", "KINDS", "MAGIC", "MAX_DEPTH", "VERSION", "Message", "Share",
-           "buffer_to_frames", "decode_message", "encode_batch", "encode_end_of_epoch", "frames_to_buffer"]
+__all__ = ["EXT_ARRAY", "EXT_TUPLE", "KINDS", "MAGIC", "MAX_DEPTH", "VERSION", "Message", "Reply", "Share",
+           "buffer_to_frames", "decode_message", "encode_batch", "encode_end_of_epoch", "encode_tick", "frames_to_buffer", "peek_session",
+           "with_reply"]
 
 MAGIC = b"\x89TCW\r\n\x1a\n"  # first byte non-ASCII: never a v1 dtype code, never `~TenBin~`
 _UINT64 = 1 << 64
@@ -38,6 +39,17 @@ class Share(NamedTuple):
     stream: str
     worker: int
     workers: int
+
+
+class Reply(NamedTuple):
+    """Where a receiver confirms what it took (the `reply` metadata key, docs/protocol.md 4.3): the
+    `addresses` of the sender's acknowledgement socket, a `token` to quote, the sender's `floor`
+    (its batches with a lower seq are all confirmed) and this transmission's number `tx`."""
+
+    addresses: tuple
+    token: str
+    floor: int
+    tx: int
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,7 @@ class Message:
     nbytes: int  # total bytes of all frames of the message (metadata, headers, data)
     infos: tuple = field(default=())  # tenbin info labels of the arrays, in frame order
     share: Share | None = None  # protocol 2, optional: the served share this sender sends
+    reply: Reply | None = None  # protocol 2, optional: where to confirm this transmission
 
 
 # ---------------------------------------------------------------- encoding
@@ -84,10 +97,12 @@ def _valid_share(share: Any) -> bool:
             and 0 <= worker < workers)
 
 
-def _with_share(meta: dict, share: Any) -> dict:
-    """`meta` with the `share` key added when there is a share (absent otherwise: 0.1-era bytes)."""
+def _with_share(meta: dict, share: Any, reply: Reply | None = None) -> dict:
+    """`meta` with the `share` and `reply` keys added when given (absent otherwise: 0.1-era bytes)."""
     if share is not None:
         meta["share"] = list(share)
+    if reply is not None:
+        meta["reply"] = [list(reply.addresses), reply.token, reply.floor, reply.tx]
     return meta
 
 
@@ -159,14 +174,15 @@ def _encode_v1(batch: Any, infos: Sequence[str] | None) -> list:
 
 
 def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", protocol: int = 2,
-                 infos: Sequence[str] | None = None, share: Share | None = None) -> list:
+                 infos: Sequence[str] | None = None, share: Share | None = None,
+                 reply: Reply | None = None) -> list:
     """A batch -> frames `[metadata, header_0, data_0, ...]` (protocol 2) or 0.1 frames (protocol 1).
 
     `batch` is a list, tuple or dict, nested freely, whose leaves are numpy arrays or plain values.
     Array data frames are memoryviews of the arrays (no copy), ordered by size, largest last (in
     depth-first order when `infos`, which labels the arrays in that order, is given). `share`
     (stream, worker, workers) names the served share the batch belongs to. Protocol 1 ignores
-    seq/epoch/sender/share and keeps the list's order.
+    seq/epoch/sender/share/reply and keeps the list's order. `reply`: where receivers confirm it.
     """
     if protocol == 1:
         return _encode_v1(batch, infos)
@@ -177,7 +193,7 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
         raise EncodeError(f"a batch is a list, tuple or dict, not a {type(batch).__name__}")
     packer = _Packer()
     meta = _with_share({"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender,
-                        "batch": batch}, share)
+                        "batch": batch}, share, reply)
     try:
         head = MAGIC + packer.pack(meta)
     except EncodeError as exc:
@@ -200,11 +216,11 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
 
 
 def encode_end_of_epoch(*, seq: int, epoch: int, sender: str = "", group: str | None = None,
-                        group_size: int = 1, share: Share | None = None) -> list:
+                        group_size: int = 1, share: Share | None = None, reply: Reply | None = None) -> list:
     """An end-of-epoch marker: one metadata frame saying that `sender` finished `epoch`.
 
     A sender that is one of `group_size` senders feeding the same receivers names its group, so a
-    receiver knows how many markers end the epoch. `share` as for `encode_batch`.
+    receiver knows how many markers end the epoch. `share` and `reply` as for `encode_batch`.
     """
     _check_header(seq, epoch, sender, share)
     if group is not None and not isinstance(group, str):
@@ -212,8 +228,41 @@ def encode_end_of_epoch(*, seq: int, epoch: int, sender: str = "", group: str | 
     if not isinstance(group_size, int) or isinstance(group_size, bool) or not 1 <= group_size < _UINT64:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
     meta = _with_share({"v": VERSION, "kind": "end_of_epoch", "seq": seq, "epoch": epoch, "sender": sender,
-                        "group": group, "group_size": group_size}, share)
+                        "group": group, "group_size": group_size}, share, reply)
     return [MAGIC + msgpack.packb(meta, use_bin_type=True)]
+
+
+def encode_tick(*, seq: int, epoch: int, sender: str, reply: Reply) -> list:
+    """A tick: one metadata frame that carries only `reply`. A sender whose last transmissions are
+    unconfirmed sends one so that its receivers see a later transmission (docs/protocol.md 4.3);
+    receivers confirm it and hand nothing to their caller."""
+    _check_header(seq, epoch, sender)
+    meta = _with_share({"v": VERSION, "kind": "tick", "seq": seq, "epoch": epoch, "sender": sender}, None, reply)
+    return [MAGIC + msgpack.packb(meta, use_bin_type=True)]
+
+
+def peek_session(frames: Sequence[Any], limit: int = 1 << 16) -> tuple | None:
+    """(sender, seq, kind, Reply) of a protocol-2 message that could not be decoded (too large, a bad
+    array), read from its metadata frame alone when that frame is under `limit` bytes; None when it
+    cannot be read. Lets a receiver confirm what it refused, so that it is not sent again."""
+    views = _views(frames)
+    if not views or views[0].nbytes > limit or views[0][:len(MAGIC)] != MAGIC:
+        return None
+    try:
+        meta = msgpack.unpackb(views[0][len(MAGIC):], raw=False, strict_map_key=False,
+                               ext_hook=lambda code, data: None)
+        reply = meta["reply"]
+        return (meta["sender"], int(meta["seq"]), meta["kind"],
+                Reply(tuple(reply[0]), reply[1], int(reply[2]), int(reply[3])))
+    except (ValueError, TypeError, KeyError, IndexError, msgpack.UnpackException):
+        return None
+
+
+def with_reply(frames: Sequence[Any], reply: Reply) -> list:
+    """A protocol-2 message's frames with its `reply` replaced (a resend's new transmission number);
+    the array frames are the same objects."""
+    meta = msgpack.unpackb(memoryview(frames[0])[len(MAGIC):], raw=False, strict_map_key=False)
+    return [MAGIC + msgpack.packb(_with_share(meta, None, reply), use_bin_type=True), *frames[1:]]
 
 
 # ---------------------------------------------------------------- single-buffer form
@@ -245,7 +294,8 @@ def _decode_v2(views: list[memoryview], nbytes: int, max_plain_values: int) -> M
     meta = read_metadata(views[0][len(MAGIC):], arrays, max_plain_values)
     return Message(kind=meta.kind, batch=meta.batch, seq=meta.seq, epoch=meta.epoch, sender=meta.sender,
                    group=meta.group, group_size=meta.group_size, protocol=2, nbytes=nbytes, infos=tuple(infos),
-                   share=None if meta.share is None else Share(*meta.share))
+                   share=None if meta.share is None else Share(*meta.share),
+                   reply=None if meta.reply is None else Reply(*meta.reply))
 
 
 def _too_large(views: list[memoryview], nbytes: int, max_size: int) -> MessageTooLarge:

@@ -10,7 +10,8 @@ import pytest
 import zmq
 
 from tensorcom import tenbin
-from tensorcom.errors import DecodeError, EncodeError, MessageTooLarge, PeerLost, RecvTimeout, TransportError, URLError
+from tensorcom.errors import (DecodeError, EncodeError, MessageTooLarge, PeerLost, RecvTimeout, TransportError,
+                              Undelivered, URLError)
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.connection import Connection
 
@@ -177,26 +178,66 @@ def test_close_lets_queued_batches_leave(free_port):
         assert not closing.is_alive()
 
 
+def closed_with(conn):
+    """What conn.close() raised (None when nothing)."""
+    try:
+        conn.close()
+    except Exception as exc:
+        return exc
+    return None
+
+
 def test_max_message_size(free_port):
     where = f"127.0.0.1:{free_port()}"
     receiver = Connection(f"zpull://{where}", timeout=5, max_message_size=4000)
-    sender = Connection(f"zpush://{where}")
-    with sender, receiver:
+    sender = Connection(f"zpush://{where}", timeout=5)
+    with receiver:
         sender.send([np.zeros(3000, np.uint8), np.zeros(3000, np.uint8)])
         sender.send([np.zeros(10, np.uint8)])
         with pytest.raises(MessageTooLarge):
             receiver.recv()
         assert receiver.recv()[0].shape == (10,)  # the connection survives
-        sender.send([np.zeros(5000, np.uint8)])  # one frame over the limit: ZeroMQ drops it, and the connection
-        with pytest.raises(PeerLost, match="max_message_size=4000"):  # the pass's only sender's connection
-            receiver.recv()
+        sender.send([np.zeros(5000, np.uint8)])  # one frame over the limit: ZeroMQ drops it and the connection,
+        sender.send([np.full(10, 7, np.uint8)])  # which comes back: what follows arrives (resent if need be)
+        outcome = []
+        closing = threading.Thread(target=lambda: outcome.append(closed_with(sender)))
+        closing.start()
+        assert receiver.recv()[0][0] == 7 and receiver.stats.dropped == 1
+        closing.join(30)
+        assert isinstance(outcome[0], Undelivered) and "1 batch" in str(outcome[0])  # refused every time
     receiver = Connection(f"zpull://{where}", timeout=5, max_message_size=4000, liveness=None)
     sender = Connection(f"zpush://{where}")
-    with sender, receiver:
+    with receiver:
         sender.send([np.zeros(5000, np.uint8)])
         with pytest.raises(RecvTimeout, match="max_message_size=4000"):
             receiver.socket.rcvtimeo = 300
             receiver.recv()
+        sender.close(linger=0)
+
+
+def test_a_foreign_sender_refused_once_is_heard_after_it_reconnects(free_port):
+    """A bare pyzmq PUSH whose one frame is over max_message_size: ZeroMQ drops its connection, it
+    reconnects, and everything it sends afterwards arrives (nothing of that sender is written off)."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    where = f"127.0.0.1:{free_port()}"
+    context = zmq.Context.instance()
+    push = context.socket(zmq.PUSH)
+    push.linger = 0
+    events = push.get_monitor_socket(zmq.EVENT_CONNECTED)
+    try:
+        with Connection(f"zpull://{where}", timeout=10, max_message_size=4000) as receiver:
+            push.connect(f"tcp://{where}")
+            assert recv_monitor_message(events)["event"] == zmq.EVENT_CONNECTED
+            push.send_multipart(tenbin.encode_list([np.zeros(5000, np.uint8)]))
+            assert recv_monitor_message(events)["event"] == zmq.EVENT_CONNECTED  # reconnected
+            for i in range(5):
+                push.send_multipart(tenbin.encode_list([np.full(10, i, np.uint8)]))
+            assert [int(receiver.recv()[0][0]) for _ in range(5)] == list(range(5))
+    finally:
+        push.disable_monitor()
+        events.close(linger=0)
+        push.close(linger=0)
 
 
 def test_max_plain_values_is_read_once_when_the_connection_is_made(monkeypatch):
@@ -235,13 +276,16 @@ def test_garbage_names_the_url_and_the_connection_survives(free_port):
 def test_total_and_epoch_bound_markerless_streams(free_port):
     where = f"127.0.0.1:{free_port()}"
     receiver = Connection(f"zpull://{where}", timeout=5, total=6, epoch=2)
-    sender = Connection(f"zpush://{where}")
-    with sender, receiver:
+    sender = Connection(f"zpush://{where}", timeout=5)
+    with receiver:
         for i in range(5):
             sender.send(make_batch(i))  # 2 samples each
         assert len(receiver) == 2
         assert len(list(receiver)) == 2 and len(list(receiver)) == 1  # then total (6 samples) is reached
         assert list(receiver) == [] and receiver.count == 6
+    with pytest.raises(Undelivered, match="2 batch") as info:  # the receiver left 2 unread: close says so
+        sender.close()
+    assert info.value.undelivered == 2
 
 
 def test_transforms_and_converters(free_port):

@@ -28,84 +28,87 @@ BIN = Path(sys.executable).parent
 # ---- the rules, without sockets -------------------------------------------------------------------
 
 
-def watch_with(sender="a", fd=7, liveness=2.0):
-    watch = PeerWatch(liveness, grace=1.0)
-    watch.opened(fd, 0.0)
-    watch.heard(sender, fd, 0.5)
+def watch_with(sender="a", liveness=2.0):
+    """A watch that tracks `sender`, whose link came up at t=0.5."""
+    watch = PeerWatch(liveness)
+    watch.linked(sender, True, 0.5)
     return watch
 
 
-def test_rule_1_a_waited_on_sender_whose_connection_closed_is_lost_at_once():
+def test_rule_1_a_waited_on_sender_is_lost_only_after_the_liveness_window():
     watch = watch_with()
-    assert watch.lost(["a"], set(), 1.0, {}, 0.1) is None
-    watch.closed(7, 1.0)
-    senders, why = watch.lost(["a"], set(), 1.0, {}, 0.1)
-    assert senders == ["a"] and "connection closed" in why
-    watch.forget(["a"], 1.0)
-    assert watch.lost([], set(), 2.0, {}, 0.1) is None  # the clock of rule 2 starts again
+    watch.linked("a", False, 1.0)  # its link dropped (a reset, a kill, a heartbeat timeout)
+    assert watch.lost(["a"], set(), 2.9) is None  # unreachable for 1.9 s < 2 s: not gone
+    senders, why = watch.lost(["a"], set(), 3.0)
+    assert senders == ["a"] and "unreachable for 2.0 s" in why
+
+
+def test_failed_reconnect_attempts_are_no_sign_of_life():
+    watch = watch_with()
+    watch.linked("a", False, 1.0)
+    for attempt in range(1, 20):
+        watch.linked("a", False, 1.0 + attempt / 10)  # ZeroMQ retries every 100 ms, refused each time
+    assert watch.lost(["a"], set(), 3.0) is not None
+
+
+def test_a_link_that_comes_back_within_the_window_is_no_departure():
+    watch = watch_with()
+    watch.linked("a", False, 1.0)
+    watch.linked("a", True, 2.5)  # ZeroMQ reconnected: the session goes on
+    assert watch.lost(["a"], set(), 100.0) is None
 
 
 def test_rule_1_needs_every_waited_on_sender_gone():
+    watch = watch_with("a")
+    watch.linked("b", True, 0.5)
+    watch.linked("a", False, 1.0)
+    assert watch.lost(["a", "b"], set(), 10.0) is None
+    watch.linked("b", False, 9.0)
+    assert watch.lost(["a", "b"], set(), 10.0) is None and watch.lost(["a", "b"], set(), 11.0)[0] == ["a", "b"]
+
+
+def test_data_heard_counts_as_reachable():
     watch = watch_with()
-    watch.opened(8, 0.0)
-    watch.heard("b", 8, 0.5)
-    watch.closed(7, 1.0)
-    assert watch.lost(["a", "b"], set(), 1.0, {}, 0.1) is None
-    assert watch.lost(["c"], set(), 1.0, {}, 0.1) is None  # never placed on a connection: not judged
-    watch.closed(8, 1.2)
-    assert watch.lost(["a", "b"], set(), 1.2, {}, 0.1)[0] == ["a", "b"]
+    watch.linked("a", False, 1.0)
+    watch.heard("a", 2.5)  # its batches still arrive (the link is what dropped)
+    assert watch.lost(["a"], set(), 4.4) is None and watch.lost(["a"], set(), 4.5) is not None
 
 
-def test_a_quiet_connection_counts_only_after_the_grace_and_the_liveness():
-    watch = watch_with()
-    assert watch.lost(["a"], set(), 9.0, {7: 5.0}, 0.5) is None  # waited less than the grace: our queue may be full
-    assert watch.lost(["a"], set(), 9.0, {7: 1.5}, 3.0) is None  # heartbeats arrive
-    assert watch.lost(["a"], set(), 9.0, {7: None}, 3.0) is None  # unknown (not TCP, not Linux)
-    senders, why = watch.lost(["a"], set(), 9.0, {7: 2.5}, 3.0)
-    assert senders == ["a"] and "nothing received from it for 2.5 s" in why
-
-
-def test_a_new_unplaced_connection_does_not_stand_for_a_lost_sender():
-    watch = watch_with()
-    watch.closed(7, 1.0)
-    watch.opened(9, 1.0)  # a reconnect, or a restarted server: unknown until it sends
-    assert watch.lost(["a"], set(), 1.1, {}, 0.1)[0] == ["a"]
+def test_untracked_senders_are_waited_for():
+    """A sender without a session link (tensorcom 0.1, a foreign sender) is never declared gone."""
+    watch = PeerWatch(2.0)
+    watch.heard("foreign", 0.0)
+    assert watch.lost(["foreign"], set(), 1000.0) is None and watch.lost([], set(), 1000.0) is None
 
 
 def test_rule_2_nobody_left_who_could_end_the_pass():
     watch = watch_with()
-    assert watch.lost([], set(), 1.0, {}, 0.1) is None
-    assert watch.lost([], {"a"}, 1.5, {}, 0.1) is None  # a ended the pass: its connection does not count ...
-    assert watch.lost([], {"a"}, 2.9, {}, 0.1) is None
-    senders, why = watch.lost([], {"a"}, 3.1, {}, 0.1)  # ... for `liveness` seconds (since 1.0)
-    assert senders == [] and "no sender has been connected" in why
-    watch.forget([], 2.6)
-    watch.opened(8, 3.0)  # an unplaced connection may be a sender that will end the pass
-    assert watch.lost([], {"a"}, 9.0, {}, 0.1) is None
+    assert watch.lost([], set(), 5.0) is None  # its link is up: it may send the next epoch
+    watch.linked("a", False, 6.0)
+    assert watch.lost([], set(), 7.9) is None
+    senders, why = watch.lost([], set(), 8.0)
+    assert senders == ["a"] and "no sender has been reachable" in why
 
 
-def test_rule_2_after_the_last_connection_closed():
+def test_rule_2_senders_that_ended_the_pass_cannot_end_it():
     watch = watch_with()
-    watch.closed(7, 4.0)
-    assert watch.lost([], set(), 5.9, {}, 0.1) is None
-    senders, _ = watch.lost([], set(), 6.1, {}, 0.1)
-    assert senders == ["a"]
+    assert watch.lost([], {"a"}, 1.0) is None  # the clock starts
+    assert watch.lost([], {"a"}, 3.4) is not None
 
 
 def test_a_receiver_that_never_heard_a_sender_waits():
-    watch = PeerWatch(2.0)
-    watch.opened(7, 0.0)
-    watch.closed(7, 0.1)  # a 0.1 server's connection, or nothing identified on it
-    assert watch.lost([], set(), 100.0, {}, 50.0) is None
+    assert PeerWatch(1.0).lost([], set(), 100.0) is None
 
 
-def test_a_reused_descriptor_is_a_new_connection():
+def test_after_peer_lost_the_clock_starts_again_and_a_returning_sender_goes_on():
     watch = watch_with()
-    watch.opened(7, 1.0)  # the close event of the old connection was missed
-    assert watch.where["a"] == set() and watch.lost(["a"], set(), 1.0, {}, 0.1)[0] == ["a"]
-
-
-# ---- the socket options (no connection) ---------------------------------------------------------
+    watch.linked("a", False, 1.0)
+    assert watch.lost([], set(), 3.0) is not None
+    watch.excused(3.0)
+    assert watch.lost([], set(), 4.9) is None and watch.lost([], set(), 5.0) is not None
+    watch.excused(5.0)
+    watch.linked("a", True, 5.5)
+    assert watch.lost(["a"], set(), 50.0) is None
 
 
 def heartbeat_options(set_options, kind=zmq.PUSH):
@@ -168,13 +171,14 @@ def receive_until_lost(receiver, kill_after, kill):
 @pytest.mark.net
 @pytest.mark.procs
 def test_killed_server_then_a_restarted_one_epochs_end_as_before(popen, free_port):
-    """SIGKILL mid-epoch: PeerLost at once (after what was queued), naming the URL and the sender; a
-    restarted server is a new sender whose 3 epochs arrive as 3 passes."""
+    """SIGKILL mid-epoch: PeerLost once it stayed unreachable for the liveness window (after what was
+    queued), naming the URL and the sender; a restarted server is a new sender whose 3 epochs arrive
+    as 3 passes."""
     where = f"127.0.0.1:{free_port()}"
     with Connection(f"zpull://{where}", liveness=2, timeout=30) as receiver:
         server = start_server(popen, f"zpush://{where}", "--batches", "200", "--every", "0.01")
         got, delay, error = receive_until_lost(receiver, 10, lambda: os.kill(server.pid, signal.SIGKILL))
-        assert delay < 1.5 and 10 <= len(got) < 200 and all(e == 0 for e, _ in got)
+        assert delay < 2 + 2 and 10 <= len(got) < 200 and all(e == 0 for e, _ in got)  # within liveness + 2 s
         assert f"zpull://{where}" in str(error) and len(error.senders) == 1
         assert f":{server.pid}:" in error.senders[0] and error.senders[0] in str(error)
         restarted = start_server(popen, f"zpush://{where}", "--epochs", "3", "--batches", "40")
@@ -187,21 +191,19 @@ def test_killed_server_then_a_restarted_one_epochs_end_as_before(popen, free_por
 @pytest.mark.net
 @pytest.mark.procs
 def test_default_arguments_subscriber_of_a_killed_publisher(popen, free_port):
-    """zsub with default arguments (liveness 10 s, no timeout): PeerLost soon after the kill."""
+    """zsub with default arguments (liveness 10 s, no timeout): PeerLost within liveness + 2 s of the kill."""
     port = free_port()
     server = start_server(popen, f"zpub://127.0.0.1:{port}", "--batches", "100000", "--every", "0.01")
     with Connection(f"zsub://127.0.0.1:{port}") as receiver:
         got, delay, error = receive_until_lost(receiver, 5, lambda: os.kill(server.pid, signal.SIGKILL))
-    assert delay < 2 and len(got) >= 5 and "connection closed" in str(error)
+    assert delay < 10 + 2 and len(got) >= 5 and "unreachable for" in str(error)
 
 
 @pytest.mark.net
 @pytest.mark.procs
 def test_stopped_server_is_lost_after_the_liveness(popen, free_port):
     """SIGSTOP (a host that vanished: the kernel still answers, the process does not) while streaming:
-    PeerLost once nothing, not even a heartbeat, arrived for `liveness` seconds."""
-    if not hasattr(__import__("socket"), "TCP_INFO"):
-        pytest.skip("quiet connections are known from TCP_INFO (Linux)")
+    PeerLost once its session link answered no heartbeat for the liveness window."""
     port = free_port()
     server = start_server(popen, f"zpush://127.0.0.1:{port}", "--batches", "100000", "--every", "0.005")
     try:
@@ -209,7 +211,7 @@ def test_stopped_server_is_lost_after_the_liveness(popen, free_port):
             _, delay, error = receive_until_lost(receiver, 20, lambda: os.kill(server.pid, signal.SIGSTOP))
     finally:
         os.kill(server.pid, signal.SIGKILL)
-    assert 1.5 < delay < 5 and "nothing received from it" in str(error)
+    assert 1.5 < delay < 2 + 2 and "unreachable for" in str(error)
 
 
 @pytest.mark.net
@@ -242,7 +244,7 @@ def test_sender_that_closes_between_epochs_then_nobody_comes(free_port):
             sender.serve([[np.zeros(3, np.uint8)]] * 2)
             assert len(list(receiver)) == 2
         start = time.monotonic()
-        with pytest.raises(PeerLost, match="no sender has been connected"):
+        with pytest.raises(PeerLost, match="no sender has been reachable"):
             list(receiver)
         assert 0.9 < time.monotonic() - start < 3
 
@@ -274,4 +276,4 @@ def test_killed_serve_imagenet_dir(popen, free_port, tmp_path):
         server = popen.start([str(script), "-d", str(imagenet_tree(tmp_path)), "-b", "2", "--size", "16",
                               "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
         _, delay, error = receive_until_lost(receiver, 6, lambda: os.killpg(server.pid, signal.SIGKILL))
-    assert delay < 4 and f"zpull://127.0.0.1:{port}" in str(error)  # at once, or by rule 2 between epochs
+    assert delay < 2 + 2 and f"zpull://127.0.0.1:{port}" in str(error)  # by rule 1, or rule 2 between epochs

@@ -1,122 +1,23 @@
-"""The receiving side of a Connection: `ReceivingSide` (a mixin of Connection: recv(), iteration over
-a pass; each message taken, decoded, run through the epoch book and accounted for) and `Inlet`, a
-plain-scheme socket's waits with liveness: what `Connection.recv()` does when nothing is readable.
-
-    inlet = Inlet(sock, url, liveness, book)    # before the socket binds or connects (it opens a monitor)
-    frames = inlet.receive(hint)                # the next message's frames; RecvTimeout, PeerLost
-    inlet.heard(sender)                         # the decoded sender of that message
-    inlet.close()                               # before the socket closes
-
-The socket is polled together with its monitor in steps of at most POLL seconds, so the socket's
-receive timeout (RCVTIMEO, which the Connection's `timeout` sets) still ends a wait with RecvTimeout.
-Connection events and each message's source descriptor (ZMQ_SRCFD: the value of the monitor's
-events for its connection) feed a `liveness.PeerWatch`; between steps it applies the PeerLost rules
-to the pass of the `epochs.EpochBook` it is given. On PeerLost the book abandons the pass (the lost
-senders are forgotten through the epoch they were in) and the watch forgets them, so iterating again
-goes on with the senders that are left. Everything runs in the caller's thread: no thread, no lock.
+"""The receiving side of a Connection: `ReceivingSide`, a mixin of Connection: recv(), iteration over a
+pass; each message taken (through the plain-scheme socket's `_inbound.Inbound`, which confirms it to its
+sender, drops duplicates and waits with liveness), decoded, run through the epoch book and accounted for.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from typing import Any, Iterator
 
 import zmq
 
 from tensorcom import wire
-from tensorcom.errors import DecodeError, PeerLost, RecvTimeout
+from tensorcom.errors import DecodeError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.batches import transform_with
-from tensorcom.transport.epochs import EpochBook, Verdict
-from tensorcom.transport.liveness import PeerWatch
+from tensorcom.transport.epochs import Verdict
 
-POLL = 0.1  # seconds between liveness checks while a receive waits
 EPOCH_END = object()  # what _next_batch returns when a marker completes the epoch
-
-
-class Inlet:
-    """Liveness-aware receiving for one socket (module docstring); `url` names it in errors."""
-
-    def __init__(self, sock: zmq.Socket, url: str, liveness: float, book: EpochBook):
-        self.sock, self.url, self.book = sock, url, book
-        self.watch = PeerWatch(liveness, grace=2 * sockets.HEARTBEAT_IVL)
-        self.monitor = sockets.open_monitor(sock)
-        self.poller = zmq.Poller()
-        self.poller.register(sock, zmq.POLLIN)
-        self.poller.register(self.monitor, zmq.POLLIN)
-        self.source = -1  # descriptor of the connection the last message came over
-
-    def receive(self, hint: str = "") -> list:
-        """The frames of the next message (zmq.Frame, not copied). Waits in steps while applying the
-        liveness rules; RecvTimeout after the socket's RCVTIMEO, PeerLost by the rules."""
-        try:
-            frames = self.sock.recv_multipart(copy=False, flags=zmq.NOBLOCK)
-        except zmq.Again:
-            frames = self._wait(hint)
-        self._events()
-        self.source = frames[0].get(zmq.SRCFD)
-        return frames
-
-    def heard(self, sender: str | None) -> None:
-        """Place `sender` (of the last message received) on its connection."""
-        if sender is not None and self.source >= 0:
-            self.watch.heard(sender, self.source, time.monotonic())
-
-    def close(self) -> None:
-        """Stop monitoring (call before the socket itself is closed)."""
-        try:
-            self.sock.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self.monitor.close(linger=0)
-
-    def _wait(self, hint: str) -> list:
-        """Poll until a message is readable; check liveness between steps."""
-        millis = self.sock.getsockopt(zmq.RCVTIMEO)
-        start = time.monotonic()
-        deadline = None if millis < 0 else start + millis / 1000
-        while True:
-            step = POLL if deadline is None else max(0.0, min(POLL, deadline - time.monotonic()))
-            ready = dict(self.poller.poll(int(step * 1000)))
-            if self.monitor in ready:
-                self._events()
-            if self.sock in ready:
-                try:
-                    return self.sock.recv_multipart(copy=False, flags=zmq.NOBLOCK)
-                except zmq.Again:
-                    pass
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise RecvTimeout(f"nothing received within {millis / 1000:g} s{hint}", self.url)
-            self._check(now, now - start, hint)
-
-    def _events(self) -> None:
-        """Apply the monitor's connection events to the watch."""
-        now = time.monotonic()
-        for event, fd in sockets.connection_events(self.monitor):
-            if event in sockets.OPENED:
-                self.watch.opened(fd, now)
-            elif event in sockets.ENDED:
-                self.watch.closed(fd, now)
-
-    def _check(self, now: float, waited: float, hint: str) -> None:
-        """PeerLost when the rules say the pass's senders are gone; the book and watch forget them.
-        `hint` is added to the text (a connection may have closed over a frame ZeroMQ refused)."""
-        quiet = {fd: sockets.quiet_seconds(fd) for fd in self.watch.open} if waited >= self.watch.grace else {}
-        verdict = self.watch.lost(self.book.waiting_on(), self.book.ended, now, quiet, waited)
-        if verdict is None:
-            return
-        senders, why = verdict
-        self.book.abandon(senders)
-        self.watch.forget(senders, now)
-        error = PeerLost(f"the senders of this pass are gone, the pass ends here: {why}{hint}", self.url)
-        error.senders = senders
-        raise error
-
-    def __repr__(self) -> str:
-        return f"<Inlet {self.url} connections={sorted(self.watch.open)}>"
 
 
 class ReceivingSide:
@@ -172,7 +73,18 @@ class ReceivingSide:
 
     def _recv_message(self) -> Any:
         """The next message: a wire.Message, or the frames themselves when `raw`. With liveness,
-        waiting raises PeerLost when the pass's senders are gone (tensorcom.transport.liveness)."""
+        waiting raises PeerLost when the pass's senders are gone (tensorcom.transport.liveness);
+        a batch taken before (a sender's resend) is skipped and counted in stats.duplicates, a tick
+        (tensorcom.transport.session) is confirmed and skipped."""
+        while True:
+            message = self._take_message()
+            fresh = self.raw or self._inlet is None or self._inlet.arrived(message)
+            if fresh and (self.raw or message.kind != "tick"):
+                return message
+            self.stats.duplicates = self._inlet.duplicates
+
+    def _take_message(self) -> Any:
+        """The next message from the socket, decoded unless `raw`."""
         sock = self._live_socket()
         try:
             frames = sock.recv_multipart(copy=False) if self._inlet is None else self._inlet.receive(self._timeout_hint)
@@ -186,15 +98,14 @@ class ReceivingSide:
             self.stats.add(sum(b.nbytes for b in buffers), 1)
             return buffers
         try:
-            message = wire.decode_message(buffers, max_size=self.max_message_size,
-                                          max_plain_values=self._max_plain_values)
+            return wire.decode_message(buffers, max_size=self.max_message_size,
+                                       max_plain_values=self._max_plain_values)
         except DecodeError as exc:  # name the URL and the message; keep the class and the frame index
+            if self._inlet is not None:
+                self._inlet.refused(buffers)
             error = type(exc)(f"{self.url}: message {self._received}: {exc}")
             error.index = exc.index
             raise error from exc
-        if self._inlet is not None:
-            self._inlet.heard(message.sender)
-        return message
 
     def _accept(self, message: Any, track: bool = True) -> Any:
         """Account for a received batch message and return its batch, transformed and converted.

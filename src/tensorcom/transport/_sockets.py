@@ -10,21 +10,19 @@ Liveness and delivery plumbing: `set_heartbeats` (ZMTP heartbeats, for every sch
 for the plain schemes (the rules are in `tensorcom.transport.liveness` and `_delivery`)
 `stream_options` (heartbeats from senders only, TCP keepalive on receivers, ZMQ_IMMEDIATE on
 connecting senders), `open_monitor` / `connection_events` (which connections open and close, by
-file descriptor), and two read-only looks at such a descriptor: `quiet_seconds` (how long nothing
-arrived on a TCP connection) and `unacknowledged_bytes` (what its peer has not yet acknowledged).
+file descriptor) and `monitor_events` (the same with the endpoint each concerns). Nothing here reads,
+duplicates or closes a descriptor of ZeroMQ's: that is how libzmq's I/O thread was made to abort.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import secrets
 import socket
 import struct
 import sys
-import termios
 import threading
 import time
 from typing import Iterator
@@ -247,8 +245,6 @@ MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
 OPENED = (zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED)
 ENDED = (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED)
 _POLLIN = int(zmq.POLLIN)
-_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux only
-_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (u32, milliseconds) in Linux's struct tcp_info
 _STOPPED = int(zmq.EVENT_MONITOR_STOPPED)
 
 
@@ -274,6 +270,17 @@ def set_heartbeats(sock: zmq.Socket, liveness: float | None, *, interval: float 
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(millis // 2, 2 * ivl) if timeout and millis is not None else 0)
     if millis is not None:
         sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(millis, 100), 6553500) // 100 * 100)
+
+
+def link_heartbeats(sock: zmq.Socket, liveness: float) -> None:
+    """ZMTP heartbeats on a session link (`_inbound`, `_outbound`), set before bind/connect: a PING
+    every min(HEARTBEAT_IVL, liveness/5) s, a connection dropped when its peer answered nothing for
+    min(2, liveness/2) s (a link carries little, so nothing queued delays the answers), a TTL of
+    `liveness`. A dropped link is reconnected; only `liveness` seconds unreachable make a peer gone."""
+    ivl = max(int(min(HEARTBEAT_IVL, liveness / 5) * 1000), 10)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 2 * ivl))
+    sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(int(liveness * 1000), 100), 6553500) // 100 * 100)
 
 
 def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> None:
@@ -309,28 +316,15 @@ def connection_events(monitor: zmq.Socket, timeout: float = 0.0) -> list[tuple[i
     return events
 
 
-def quiet_seconds(fd: int) -> float | None:
-    """Seconds since data last arrived on TCP connection `fd` (heartbeats count), from the kernel;
-    None when unknown (not TCP, not Linux, closed)."""
-    if _TCP_INFO is None:
-        return None
-    try:
-        peek = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        info = peek.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)
-        return struct.unpack_from("I", info, _LAST_DATA_RECV)[0] / 1000
-    except (OSError, struct.error):
-        return None
-    finally:
-        peek.detach()  # the descriptor stays ZeroMQ's
-
-
-def unacknowledged_bytes(fd: int) -> int | None:
-    """Bytes written to connection `fd` that its peer has not acknowledged (TCP) or not read (ipc);
-    None when unknown."""
-    try:
-        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    except OSError:
-        return None
+def monitor_events(monitor: zmq.Socket) -> list[tuple[int, int, str]]:
+    """(event, value, endpoint) triples waiting on `monitor` now ([] when none): the value of a
+    connection event is the connection's descriptor, the endpoint the address it concerns (for a
+    connecting socket, the address it connects to)."""
+    events = []
+    while zmq.zmq_poll([(monitor, _POLLIN)], 0):
+        frames = monitor.recv_multipart()
+        event, value = struct.unpack("=hi", frames[0][:6])
+        events.append((event, value, frames[1].decode(errors="replace") if len(frames) > 1 else ""))
+        if event == _STOPPED:
+            monitor.stopped = True
+    return events

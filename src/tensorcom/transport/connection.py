@@ -36,6 +36,7 @@ import os
 import secrets
 import socket as _socket
 import sys
+import time
 import warnings
 from typing import Any, Iterable
 
@@ -44,8 +45,9 @@ import zmq
 from tensorcom import settings, urls, wire
 from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport._delivery import Outlet
-from tensorcom.transport._receiving import Inlet, ReceivingSide
+from tensorcom.transport._inbound import Inbound
+from tensorcom.transport._outbound import Outbound, own_frames
+from tensorcom.transport._receiving import ReceivingSide
 from tensorcom.transport._secured import SecuredSockets
 from tensorcom.transport._sharing_side import SharingSide
 from tensorcom.transport.batches import batch_size, listify, prepare_batch, resolve_converters
@@ -139,8 +141,8 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
                         if v is not None}
         self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.socket = None
-        self._inlet: Inlet | None = None  # a receiving socket's liveness (plain schemes)
-        self._outlet: Outlet | None = None  # a sending socket's delivery at close (plain schemes)
+        self._inlet: Inbound | None = None  # a receiving socket's sessions and liveness (plain schemes)
+        self._outlet: Outbound | None = None  # a sending socket's sessions: resends, close (plain schemes)
         self.endpoints: list[urls.Endpoint] = []
         self.addresses: list[str] = []
         self.count = 0  # samples received
@@ -186,19 +188,24 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
             self._warn_if_exposed(endpoint)
             self.addresses.append(sockets.attach(self.socket, endpoint))
             self.endpoints.append(endpoint)
+            if self._outlet is not None:
+                self._outlet.listen(endpoint, self.addresses[-1])
         self._epochs.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
         if self._inlet is not None:
             self._inlet.url = self.url
 
     def _watch(self, endpoint: urls.Endpoint) -> None:
-        """Liveness options, and the monitor of a new plain-scheme socket (not inproc: no connections)."""
+        """Liveness options and the sessions of a new plain-scheme socket: a protocol-2 sender's
+        acknowledgement socket (not over inproc: no connection there drops), a receiver's links."""
         sockets.stream_options(self.socket, sends=endpoint.sends, liveness=self.liveness)
-        if endpoint.transport == "inproc":
-            return
-        if endpoint.sends:
-            self._outlet = Outlet(self.socket, self.endpoints, self.addresses, lossy=endpoint.socket_type == "PUB")
-        elif self.liveness is not None and not self.raw:
-            self._inlet = Inlet(self.socket, endpoint.url, self.liveness, self._epochs)
+        if endpoint.sends and endpoint.transport != "inproc" and self.protocol == 2:
+            self._outlet = Outbound(self.socket, self._send_message, name=self.sender,
+                                    keeps=endpoint.socket_type != "PUB", liveness=self.liveness,
+                                    context=self._context, next_seq=lambda: self._seq,
+                                    secure=lambda sock: self._secure(sock, True))
+        elif not endpoint.sends and not self.raw:
+            self._inlet = Inbound(self.socket, endpoint.url, self.liveness, self._epochs, context=self._context,
+                                  name=self.sender, secure=lambda sock: self._secure(sock, False))
 
     @property
     def url(self) -> str:
@@ -242,11 +249,11 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
             delivery.check(self.url)
 
     def _close_socket(self, linger: float | None) -> Any:
-        """Close the plain-scheme socket (see close); the Delivery of a monitored sending one."""
+        """Close the plain-scheme socket (see close); the Delivery of a protocol-2 sending one."""
         if self._inlet is not None:
             self._inlet.close()
         if self._outlet is not None:
-            return self._outlet.finish(self.socket, linger, self.sndhwm)
+            return self._outlet.finish(linger)
         sending = bool(self.endpoints) and self.endpoints[0].sends
         self.socket.close(linger=(-1 if linger is None else int(max(linger, 0.0) * 1000)) if sending else 0)
         return None
@@ -302,15 +309,27 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         `copy=False` passes ownership instead: ZeroMQ's I/O thread reads the arrays' memory later,
         so the caller must not modify them afterwards (a torn or changed batch would arrive)."""
         batch = prepare_batch(batch, self.allow64 if allow64 is None else allow64)
+        out = self._outlet
+        reply = None if out is None else out.reply(self._seq, self._deadline())
         frames = wire.encode_batch(batch, seq=self._seq, epoch=self.epoch_number, sender=self.sender,
-                                   protocol=self.protocol, infos=self.infos, share=self.share)
+                                   protocol=self.protocol, infos=self.infos, share=self.share, reply=reply)
+        if reply is not None and out.keeps and copy:
+            frames, copy = own_frames(frames), False  # the kept copy is the one copy send() makes
         nbytes = self._send_frames(frames, copy=copy)
+        if out is not None:
+            out.sent(("batch", self._seq), frames, nbytes)
         self._seq += 1
         self.stats.add(nbytes, batch_size(batch))
-        if self._outlet is not None:
-            self._outlet.sent("batch", nbytes)
 
     write = send
+
+    def _deadline(self) -> float | None:
+        """When a send that waits for confirmations gives up (TransportError): `timeout` from now."""
+        return None if self.timeout is None else time.monotonic() + self.timeout
+
+    def _send_message(self, frames: list) -> int:
+        """Send one message's frames as they are (a resend); returns its size."""
+        return self._send_frames(frames)
 
     def _send_frames(self, frames: list, times: int = 1, copy: bool = False) -> int:
         """Send a message `times` times (single-buffer form unless multipart); returns its size.
@@ -335,14 +354,17 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         epoch. A PUSH socket sends one marker per connected peer (per endpoint over inproc) so that,
         round-robin, each peer gets one."""
         if self.protocol == 2:
-            frames = wire.encode_end_of_epoch(seq=self._seq, epoch=self.epoch_number, sender=self.sender,
-                                              group=self.group, group_size=self.group_size, share=self.share)
+            out = self._outlet
             push = self.endpoints and self.endpoints[0].socket_type == "PUSH"
-            peers = len(self.endpoints) if self._outlet is None else max(self._outlet.peers(), 1)
-            times = peers if push else 1
-            nbytes = self._send_frames(frames, times=times)
-            if self._outlet is not None:
-                self._outlet.sent("marker", nbytes, times)
+            peers = len(self.endpoints) if out is None else max(out.peers(), 1)
+            for copy in range(peers if push else 1):
+                reply = None if out is None else out.reply(self._seq, self._deadline())
+                frames = wire.encode_end_of_epoch(seq=self._seq, epoch=self.epoch_number, sender=self.sender,
+                                                  group=self.group, group_size=self.group_size,
+                                                  share=self.share, reply=reply)
+                nbytes = self._send_frames(frames)
+                if out is not None:
+                    out.sent(("marker", self.epoch_number, copy), frames, nbytes)
         self.epoch_number += 1
 
     def serve(self, source: Iterable, *, report: int = -1, copy: bool = False) -> int:

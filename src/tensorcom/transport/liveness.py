@@ -1,107 +1,96 @@
-"""Liveness of a receiver's senders on the plain schemes: which connections are open, which senders
-were heard on which, and when a pass waits on senders that are gone. Pure (no zmq import): the
-receiving socket's side (`tensorcom.transport._receiving`) feeds a `PeerWatch` and asks it.
+"""Liveness of a receiver's senders on the plain schemes: which senders are reachable, and when a pass
+waits on senders that are gone. Pure (no zmq import): the receiving side (`tensorcom.transport._inbound`)
+feeds a `PeerWatch` and asks it.
 
-    watch.opened(fd, now) / watch.closed(fd, now)    the socket monitor's connection events
-    watch.heard(sender, fd, now)                     a protocol-2 message of `sender` came over fd
-    verdict = watch.lost(waiting, ended, now, quiet, waited)   None, or (senders, reason): PeerLost
-    watch.forget(senders, now)                       after PeerLost
+    watch.heard(sender, now)                 a protocol-2 message of `sender` arrived
+    watch.linked(sender, up, now)            its session link (the acknowledgement connection) came up / went down
+    verdict = watch.lost(waiting, ended, now)   None, or (senders, reason): PeerLost
+    watch.excused(now)                       after PeerLost: the clock starts again
 
-The rules (docs/transport.md, "Liveness"), with `liveness` seconds. They are applied only while
-recv() waits with nothing readable, so whatever a dead sender's connection had delivered to this
-socket is handed out first.
-- A connection is *live* while it is open and not *quiet*: quiet means nothing at all arrived on it
-  for `liveness` s (`quiet[fd]`, from the kernel; every sending Connection's ZeroMQ emits a ZMTP
-  heartbeat every HEARTBEAT_IVL s, whatever its Python code is doing) after recv() has waited at
-  least `grace` s (so that this socket's own full queue, which stops reading, cannot be mistaken
-  for a quiet peer). Quietness is known on TCP connections under Linux; elsewhere a connection is
-  live until ZeroMQ or the kernel closes it (a heartbeat TTL, TCP keepalive).
-- A sender is *present* while some connection it was heard on is live.
-1. The pass waits on named senders (`waiting`: EpochBook.waiting_on(), they delivered batches in it
-   and sent no marker yet) and none of them is present → PeerLost naming them, at once.
-2. The pass waits on no named sender, a protocol-2 sender has been heard on this socket, and for
-   `liveness` s no connection has been live but those whose senders all ended this pass (`ended`)
-   → PeerLost: nobody left could end the pass.
-- A receiver that never heard a protocol-2 sender waits, as tensorcom 0.1 does (a trainer started
-  before its server; a 0.1 server, whose messages name no sender).
-- A connection that closes and reconnects (network trouble) is a new connection: its sender counts
-  again from its next message.
+A sender is *tracked* once it named a session link (its messages carry `reply`: every tensorcom sender
+over tcp or ipc). Its link is a ZeroMQ connection with ZMTP heartbeats, answered by the sender's
+I/O thread whatever its Python code does; the link goes down when the sender's process is killed or
+stopped, its host vanishes, or the network between them stays silent for half the liveness window.
+A tracked sender is *present* while its link is up; *gone* once it has been neither linked nor heard
+for `liveness` seconds. A data connection that drops and comes back is not a departure: the session
+outlives it, and nothing in these rules looks at data connections.
+
+The rules (docs/transport.md, "Liveness"), applied only while recv() waits with nothing readable, so
+whatever a sender delivered is handed out first:
+1. The pass waits on named senders (`waiting`: EpochBook.waiting_on(): they delivered batches in it
+   and sent no marker yet), every tracked one among them is gone, and none is untracked
+   → PeerLost naming them.
+2. The pass waits on no named sender, a tracked sender has been heard, and for `liveness` s no
+   tracked sender has been present but those that ended this pass (`ended`) → PeerLost: nobody left
+   could end the pass.
+- Untracked senders (tensorcom 0.1, whose messages name no sender; foreign protocol-2 senders without
+  `reply`) are waited for, as tensorcom 0.1 does; so is a pass before any sender was heard (a
+  trainer started before its server).
+- After PeerLost nothing is forgotten: a sender that comes back continues its session.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
-
 
 class PeerWatch:
-    """Connections by file descriptor and the senders heard on each; rules in the module docstring.
+    """Senders' presence (module docstring); `liveness`: seconds."""
 
-    `liveness`: seconds; `grace`: seconds recv() must have waited before a quiet connection counts.
-    """
+    def __init__(self, liveness: float):
+        self.liveness = liveness
+        self.up: set[str] = set()  # tracked senders whose link is up
+        self.last_seen: dict[str, float] = {}  # tracked sender -> when it was last linked or heard
+        self.last_useful: float | None = None  # when a sender that could end the pass was last present
 
-    def __init__(self, liveness: float, grace: float = 1.0):
-        self.liveness, self.grace = liveness, min(grace, liveness)
-        self.open: dict[int, set[str]] = {}  # fd -> senders heard on it
-        self.where: dict[str, set[int]] = {}  # sender -> open fds it was heard on
-        self.heard_any = False  # a protocol-2 sender was heard on some connection
-        self.last_useful: float | None = None  # when a connection that could end the pass was last live
+    def track(self, sender: str, now: float) -> None:
+        """`sender` named a session link: liveness applies to it from now on."""
+        self.last_seen.setdefault(sender, now)
 
-    def opened(self, fd: int, now: float) -> None:
-        """A connection opened (a new one, though its descriptor number may be reused)."""
-        self._drop(fd)
-        self.open[fd] = set()
+    def heard(self, sender: str, now: float) -> None:
+        """A message of tracked or untracked `sender` arrived."""
+        if sender in self.last_seen:
+            self.last_seen[sender] = now
+
+    def linked(self, sender: str, up: bool, now: float) -> None:
+        """The link of tracked `sender` came up (`up`) or went down."""
+        self.track(sender, now)
+        if up or sender in self.up:  # a failed reconnect attempt of a link already down is no sign of life
+            self.last_seen[sender] = now
+        if up:
+            self.up.add(sender)
+        else:
+            self.up.discard(sender)
+
+    def gone(self, sender: str, now: float) -> bool:
+        """Tracked `sender` has been unreachable for the liveness window."""
+        seen = self.last_seen.get(sender)
+        return seen is not None and sender not in self.up and now - seen >= self.liveness
+
+    def excused(self, now: float) -> None:
+        """After PeerLost: rule 2's clock starts again (the senders keep their sessions)."""
         self.last_useful = now
 
-    def closed(self, fd: int, now: float) -> None:
-        """A connection closed (or a connection attempt failed: unknown descriptors are ignored); it
-        was open until about `now`, which starts rule 2's clock."""
-        if fd in self.open:
-            self.last_useful = now
-        self._drop(fd)
-
-    def heard(self, sender: str, fd: int, now: float) -> None:
-        """A message of `sender` arrived over connection `fd`."""
-        self.open.setdefault(fd, set()).add(sender)
-        self.where.setdefault(sender, set()).add(fd)
-        self.heard_any = True
-        self.last_useful = now
-
-    def forget(self, senders: Iterable[str], now: float) -> None:
-        """Stop counting `senders` (after PeerLost); rule 2's clock starts again."""
-        for sender in senders:
-            for fd in self.where.pop(sender, set()):
-                self.open.get(fd, set()).discard(sender)
-        self.last_useful = now
-
-    def lost(self, waiting: list[str], ended: set[str], now: float, quiet: dict[int, float | None],
-             waited: float) -> tuple[list[str], str] | None:
-        """None while the pass can go on; else (senders to name, why) for PeerLost (rules 1 and 2).
-        `quiet[fd]`: seconds nothing arrived on fd (None or missing: unknown); `waited`: seconds the
-        current recv() has waited with nothing readable."""
-        live = {fd for fd in self.open if not self._quiet(quiet.get(fd), waited)}
+    def lost(self, waiting: list[str], ended: set[str], now: float) -> tuple[list[str], str] | None:
+        """None while the pass can go on; else (senders to name, why) for PeerLost (rules 1 and 2)."""
         if waiting:
-            heard = [s for s in waiting if s in self.where]  # never placed on a connection: unknown, present
-            if len(heard) < len(waiting) or any(self.where[s] & live for s in heard):
-                return None
-            return waiting, "; ".join(f"{s}: {self._why(s, quiet)}" for s in waiting)
-        if any(not self.open[fd] or not self.open[fd] <= ended for fd in live):
+            if all(self.gone(s, now) for s in waiting):
+                return waiting, "; ".join(f"{s}: {self._why(s, now)}" for s in waiting)
+            return None
+        candidates = [s for s in self.last_seen if s not in ended]
+        if any(s in self.up for s in candidates):
             self.last_useful = now
             return None
-        if not self.heard_any or self.last_useful is None or now - self.last_useful < self.liveness:
+        if not self.last_seen:
             return None
-        gone = sorted(s for s, fds in self.where.items() if not fds & live and s not in ended)
-        return gone, (f"for {now - self.last_useful:.1f} s no sender has been connected that could end "
+        latest = max((self.last_seen[s] for s in candidates), default=None)
+        if latest is not None:
+            self.last_useful = latest if self.last_useful is None else max(self.last_useful, latest)
+        elif self.last_useful is None:
+            self.last_useful = now
+        if now - self.last_useful < self.liveness:
+            return None
+        gone = sorted(candidates)
+        return gone, (f"for {now - self.last_useful:.1f} s no sender has been reachable that could end "
                       f"this pass" + (f" (gone: {', '.join(gone)})" if gone else ""))
 
-    def _quiet(self, seconds: float | None, waited: float) -> bool:
-        return seconds is not None and waited >= self.grace and seconds >= self.liveness
-
-    def _why(self, sender: str, quiet: dict[int, float | None]) -> str:
-        fds = self.where.get(sender, set())
-        if not fds:
-            return "its connection closed"
-        return f"nothing received from it for {max(quiet.get(fd) or 0.0 for fd in fds):.1f} s"
-
-    def _drop(self, fd: int) -> None:
-        for sender in self.open.pop(fd, set()):
-            self.where.get(sender, set()).discard(fd)
+    def _why(self, sender: str, now: float) -> str:
+        return f"unreachable for {now - self.last_seen[sender]:.1f} s"

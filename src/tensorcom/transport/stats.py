@@ -3,7 +3,7 @@ lost end-of-epoch markers.
 
 `Statistics` keeps totals since `reset()` plus a window of the last `horizon` messages (for the
 `recent_*` figures). `SequenceTracker` counts batches lost on lossy PUB/SUB links from gaps in the
-per-sender sequence numbers of protocol v2.
+per-sender sequence numbers of protocol v2 (a sender's resends fill the gaps they leave).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ class SequenceTracker:
 
     Feed it `(sender, seq)` of every batch (`batch`) and of every end-of-epoch marker (`marker`; a
     marker carries the sequence number the sender's next batch will have). A jump forward by k means
-    k batches were lost; a jump backward means the sender restarted, and counting starts over.
+    k batches were lost; a number below the expected one fills such a gap late. (A restarted sender
+    has a new id.)
     """
 
     def __init__(self):
@@ -25,11 +26,16 @@ class SequenceTracker:
         self.dropped = 0
 
     def _advance(self, sender: str | None, seq: int, consumed: int) -> int:
-        """Count the gap before `seq`; the next expected number is seq + consumed. Returns the gap."""
+        """Count the gap before `seq`; the next expected number is seq + consumed. Returns the gap. A
+        number below the expected one is a late arrival (a resend filling a gap counted before): it
+        takes one back from the count."""
         if sender is None:
             return 0
         expected = self.expected.get(sender)
-        gap = seq - expected if expected is not None and seq > expected else 0
+        if expected is not None and seq < expected:
+            self.dropped -= consumed and self.dropped > 0
+            return 0
+        gap = seq - expected if expected is not None else 0
         self.expected[sender] = seq + consumed
         self.dropped += gap
         return gap
@@ -68,6 +74,7 @@ class Statistics:
         self.total = 0
         self.samples = 0
         self.dropped = 0
+        self.duplicates = 0  # batches received twice (resends of what had come) and skipped
         self.lost_markers = 0
         self.implicit_ends = 0
         self.recent: collections.deque = collections.deque(maxlen=self.horizon)
@@ -128,6 +135,7 @@ class Statistics:
             "samples_per_s": round(self.recent_sample_rate(), 3),
             "MB_per_s": round(self.recent_throughput() / 1e6, 3),
             "dropped": self.dropped,
+            "duplicates": self.duplicates,
             "lost_markers": self.lost_markers,
             "implicit_ends": self.implicit_ends,
         }

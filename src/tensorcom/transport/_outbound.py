@@ -1,0 +1,337 @@
+"""A plain-scheme sending socket's sessions: what it keeps until receivers confirm it, what it resends,
+and what closing it promises.
+
+    out = Outbound(sock, send_frames, name=..., keeps=True, liveness=10.0, context=ctx, secure=fn)
+    out.listen(endpoint, address)          # after each bind/connect of the data socket
+    reply = out.reply(seq)                 # before each message: waits for room; the wire.Reply to send
+    out.sent(key, frames, nbytes)          # after it
+    delivery = out.finish(linger)          # close: waits for confirmations, closes the sockets
+
+The acknowledgement socket is a ROUTER bound beside the data socket: on the host (for tcp) whose
+interface reaches the data endpoint, or at an ipc path beside it; inproc streams have none (no
+connection there can drop). Receivers connect to it and send `ack` (transmissions taken, highest
+seen) and `bye` messages (`_inbound`). The rules of keeping and resending are
+`tensorcom.transport.session.SendLog`'s; `keeps` False (PUB/SUB, lossy by design) keeps nothing, and
+the socket then only tells receivers that the sender is reachable.
+
+What close promises: with receivers that confirm (every tensorcom receiver), it returns once they
+confirmed every message, resending what a dropped connection lost, waiting at most `linger` seconds
+(None: while some receiver is attached or may come back within the liveness window), and raises
+Undelivered otherwise, naming the receivers and exactly how many batches were not confirmed. With
+only receivers that do not confirm (tensorcom 0.1: none confirmed anything within the liveness
+window), it lets ZeroMQ write out its queue within `linger` and cannot say more.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgpack
+import zmq
+
+from tensorcom import wire
+from tensorcom.errors import TransportError, Undelivered
+from tensorcom.transport import _sockets as sockets
+from tensorcom.transport.session import SendLog
+
+POLL = 0.1  # seconds between looks at the acknowledgements while waiting
+TICK_AFTER = 0.5  # seconds without a transmission before unconfirmed ones are probed with a tick
+UNVOUCHED_KEEP = 64  # messages kept while some data connection has no confirming receiver
+DATA_EVENTS = sockets.MONITORED
+LINK_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED
+
+
+@dataclass
+class Delivery:
+    """The outcome of closing a sending socket: `peers` (receivers or connections at close),
+    `troubled` (peer -> what happened, for those that did not confirm everything), `counts` (peer ->
+    batches not confirmed), `undelivered` (batches not confirmed in all), `marker` (an end-of-epoch
+    marker is among what was not confirmed)."""
+
+    peers: int = 0
+    troubled: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+    undelivered: int = 0
+    marker: bool = False
+
+    def check(self, url: str) -> None:
+        """Undelivered (`counts` per receiver, `.undelivered` the total) when anything was not confirmed."""
+        if not self.troubled:
+            return
+        peers = "; ".join(f"{peer}: {why}" for peer, why in self.troubled.items())
+        tail = " and the end-of-epoch marker" if self.marker else ""
+        error = Undelivered(f"close: {self.undelivered} batch(es){tail} not confirmed by their receivers "
+                            f"({peers}; {self.peers} attached at close)", url, counts=self.counts)
+        error.undelivered = self.undelivered
+        raise error
+
+
+def ack_address(endpoint: Any, address: str, token: str) -> str | None:
+    """Where to bind the acknowledgement socket for data endpoint `endpoint` (attached at `address`);
+    None for inproc."""
+    if endpoint.transport == "inproc":
+        return None
+    if endpoint.transport == "ipc":
+        return f"{address}.ack-{token[:8]}"
+    host, port = address.split("://", 1)[1].rsplit(":", 1)
+    if not endpoint.bind:
+        host = _local_host(host.strip("[]"), int(port))
+    return f"tcp://{host}:*" if ":" not in host else f"tcp://[{host}]:*"
+
+
+def _local_host(host: str, port: int) -> str:
+    """The local address this host uses to reach `host`:`port` (a routing look-up; nothing is sent)."""
+    try:
+        family, _, _, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class _Receiver:
+    """A confirming receiver as the sender sees it: its link's descriptor and when it went away."""
+
+    def __init__(self):
+        self.fd = -1
+        self.away_since: float | None = None
+
+
+class Outbound:
+    """Sessions of one sending socket (module docstring). `send_frames(frames)` sends one message on
+    the data socket; `keeps`: keep messages for resending (False: lossy PUB); `liveness`: seconds a
+    receiver may be unreachable before it counts as gone (None: 10)."""
+
+    def __init__(self, sock: zmq.Socket, send_frames: Callable[[list], int], *, name: str, keeps: bool,
+                 liveness: float | None, context: zmq.Context, next_seq: Callable[[], int],
+                 secure: Callable | None = None):
+        self.sock, self.send_frames, self.name, self.keeps = sock, send_frames, name, keeps
+        self.next_seq = next_seq  # the seq the sender's next batch gets (a tick carries it)
+        self.last_sent = self.last_tick = 0.0
+        self.liveness = 10.0 if liveness is None else liveness
+        self.context, self.secure = context, secure
+        self.token = secrets.token_hex(8)
+        self.log = SendLog()
+        self.addresses: list[str] = []
+        self.receivers: dict[str, _Receiver] = {}
+        self.ever_attached = False
+        self.open_fds: set[int] = set()
+        self.data_monitor = sockets.open_monitor(sock, DATA_EVENTS)
+        self.link: zmq.Socket | None = None
+        self.link_monitor: zmq.Socket | None = None
+
+    # ---- setup ------------------------------------------------------------------------------
+
+    def listen(self, endpoint: Any, address: str) -> None:
+        """Bind the acknowledgement socket for data endpoint `endpoint` (attached at `address`)."""
+        where = ack_address(endpoint, address, self.token)
+        if where is None:
+            return
+        if self.link is None:
+            self._open_link()
+        with sockets.translated(where, action="bind"):
+            self.link.bind(where)
+            bound = self.link.getsockopt_string(zmq.LAST_ENDPOINT)
+        if endpoint.bind and bound.startswith("tcp://0.0.0.0:"):
+            bound = "tcp://*:" + bound.rsplit(":", 1)[1]  # receivers use the host they reached us at
+        self.addresses.append(bound)
+
+    def _open_link(self) -> None:
+        link = self.context.socket(zmq.ROUTER)
+        link.linger = 0
+        link.setsockopt(zmq.ROUTING_ID, self.token.encode())
+        link.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        sockets.link_heartbeats(link, self.liveness)
+        if self.secure is not None:
+            self.secure(link)
+        self.link_monitor = sockets.open_monitor(link, LINK_EVENTS)
+        self.link = link
+
+    # ---- sending ----------------------------------------------------------------------------
+
+    def reply(self, seq: int, deadline: float | None = None) -> wire.Reply | None:
+        """The Reply for the next message (None when there is no acknowledgement socket); waits
+        first, until `deadline`, while the log is full and every connection has a confirming receiver."""
+        if not self.addresses:
+            return None
+        self.pump()
+        while self.keeps and self.log.full:
+            if not self.log.vouched:
+                self.log.drop_oldest()
+                continue
+            self._wait_step(deadline, "room for more batches")
+        return wire.Reply(tuple(self.addresses), self.token, self.log.floor(seq), self.log.tx)
+
+    def sent(self, key: tuple, frames: list, nbytes: int) -> None:
+        """Record a message sent with the last reply() (its `key`: ("batch", seq) or ("marker", ...))."""
+        if not self.addresses:
+            return
+        if not self.keeps:
+            self.log.tx += 1
+            return
+        self.log.transmit(key, frames, nbytes)
+        self.last_sent = time.monotonic()
+        if not self.log.vouched and len(self.log.entries) > UNVOUCHED_KEEP and self.log.connections:
+            self.log.drop_oldest()
+
+    def peers(self) -> int:
+        """Data connections open now."""
+        self._data_events()
+        return len(self.open_fds)
+
+    # ---- acknowledgements ------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Take every waiting acknowledgement and connection event; resend what is lost."""
+        self._data_events()
+        if self.link is None:
+            return
+        now = time.monotonic()
+        self._link_events(now)
+        while True:
+            try:
+                frames = self.link.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self._take(frames, now)
+        self._detach_gone(now)
+        for entry in self.log.lost():
+            self._resend(entry)
+        self._tick_if_stalled(now)
+
+    def _take(self, frames: list, now: float) -> None:
+        """One message from a receiver's link: `ack` or `bye` (anything else is ignored)."""
+        try:
+            body = msgpack.unpackb(frames[-1].bytes, raw=False)
+            kind, receiver, txs, high = body["kind"], body["receiver"], body["txs"], body["high"]
+            if body.get("token") != self.token or not isinstance(receiver, str):
+                return
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException):
+            return
+        self.ever_attached = True
+        state = self.receivers.setdefault(receiver, _Receiver())
+        state.fd, state.away_since = frames[-1].get(zmq.SRCFD), None
+        self.log.confirm(receiver, [t for t in txs if isinstance(t, int)], high if isinstance(high, int) else -1)
+        if kind == "bye":
+            self.log.detach(receiver)
+            del self.receivers[receiver]
+
+    def _resend(self, entry: Any) -> None:
+        reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.log.tx), self.log.tx)
+        frames = wire.with_reply(entry.frames, reply)
+        self.send_frames(frames)
+        self.log.transmit(entry.key, frames, entry.nbytes)
+        self.last_sent = time.monotonic()
+
+    def _tick_if_stalled(self, now: float) -> None:
+        """Send a tick when transmissions stay unconfirmed and nothing was sent for TICK_AFTER s: if
+        they were lost on a dropped connection, no later one would show it."""
+        if not self.keeps or not self.log.vouched or not self.log.entries:
+            return
+        if now - self.last_sent < TICK_AFTER or now - self.last_tick < TICK_AFTER:
+            return
+        self.last_tick = now
+        reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.next_seq()), self.log.tx)
+        tick = wire.encode_tick(seq=self.next_seq(), epoch=0, sender=self.name, reply=reply)
+        for _ in range(max(self.log.connections, 1)):  # round-robin: one per connection
+            self.send_frames(tick)
+        self.log.tx += 1
+
+    def _data_events(self) -> None:
+        for event, fd, _ in sockets.monitor_events(self.data_monitor):
+            if event in sockets.OPENED:
+                self.open_fds.add(fd)
+            elif event in sockets.ENDED:
+                self.open_fds.discard(fd)
+        self.log.connections = len(self.open_fds)
+
+    def _link_events(self, now: float) -> None:
+        for event, fd, _ in sockets.monitor_events(self.link_monitor):
+            if event == zmq.EVENT_DISCONNECTED:
+                for state in self.receivers.values():
+                    if state.fd == fd:
+                        state.away_since = now
+
+    def _detach_gone(self, now: float) -> None:
+        for receiver, state in list(self.receivers.items()):
+            if state.away_since is not None and now - state.away_since >= self.liveness:
+                self.log.detach(receiver)
+                del self.receivers[receiver]
+
+    def _wait_step(self, deadline: float | None, what: str) -> None:
+        """Wait up to POLL s for an acknowledgement, then pump; TransportError past `deadline`."""
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TransportError(f"no {what} within the timeout (receivers not reading?)", self.addresses[0])
+        self.link.poll(int(POLL * 1000), zmq.POLLIN)
+        self.pump()
+
+    # ---- closing ----------------------------------------------------------------------------
+
+    def finish(self, linger: float | None) -> Delivery:
+        """Close the data socket and the acknowledgement socket keeping the module's promise."""
+        deadline = None if linger is None else time.monotonic() + linger
+        try:
+            if linger is not None and linger <= 0:
+                self.sock.close(linger=0)
+                return Delivery()
+            confirmed = self._await_confirmations(deadline)
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            self.sock.close(linger=0 if confirmed else -1 if remaining is None else int(remaining * 1000))
+            return Delivery() if (confirmed and not self.log.refused) or not self.ever_attached else self._delivery()
+        finally:
+            self._close_link()
+
+    def _await_confirmations(self, deadline: float | None) -> bool:
+        """Wait until everything kept is confirmed; False when nothing can vouch for it (no receiver
+        confirmed anything within the liveness window: tensorcom 0.1 peers) or something stays
+        unconfirmed at the deadline or after every receiver is gone."""
+        self.pump()
+        if not self.keeps:
+            return False
+        first_word = time.monotonic() + self.liveness
+        while self.log.entries:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            if (not self.receivers and self.ever_attached) or (not self.ever_attached and now >= first_word):
+                return False
+            self.link.poll(int(POLL * 1000), zmq.POLLIN)
+            self.pump()
+        return True
+
+    def _delivery(self) -> Delivery:
+        batches = self.log.outstanding("batch") + self.log.refused
+        marker = self.log.outstanding("marker") > 0
+        if not batches and not marker:
+            return Delivery(peers=len(self.receivers))
+        who = ", ".join(sorted(self.receivers)) or "every receiver left"
+        if self.log.outstanding() == 0:
+            why = f"refused {self.log.refused} (a frame over its max_message_size?)"
+        elif self.receivers:
+            why = "did not confirm them in time"
+        else:
+            why = "went away before confirming them"
+        return Delivery(peers=len(self.receivers), troubled={who: why}, counts={who: batches},
+                        undelivered=batches, marker=marker)
+
+    def _close_link(self) -> None:
+        self.data_monitor.close()
+        if self.link is not None:
+            self.link_monitor.close()
+            self.link.close(linger=0)
+            self.link = None
+
+    def __repr__(self) -> str:
+        return f"<Outbound {self.name} kept={len(self.log.entries)} receivers={sorted(self.receivers)}>"
+
+
+def own_frames(frames: list) -> list:
+    """`frames` with every frame that views the caller's memory copied (so a kept message stays what
+    it was at send time, whatever the caller does with its arrays)."""
+    return [f if isinstance(f, bytes) else bytes(f) for f in frames]
+

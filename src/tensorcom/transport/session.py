@@ -1,0 +1,177 @@
+"""Sessions of the plain schemes (zpush/zpull, zrpush/zrpull, zpub/zsub, zrpub/zrsub between protocol-2
+peers): what a sender has sent and its receivers confirmed, and what a receiver has from each sender.
+Pure (no zmq import): the socket code (`_outbound`, `_inbound`) feeds these and acts on their answers.
+
+A session belongs to a sender's id, not to a TCP connection: ZeroMQ re-establishes dropped
+connections, and a session outlives any of them. Each protocol-2 message a sender sends over
+tcp or ipc carries a `reply` field (docs/protocol.md 4.3): the addresses of the sender's
+acknowledgement socket, a token, the sender's `floor` (every batch with a lower seq is confirmed)
+and the message's transmission number `tx` (one per send, resends included). A receiver connects
+to that socket, confirms the transmissions it took from its data socket, and reports the highest
+it has seen.
+
+    log = SendLog()                           # sender side
+    tx = log.transmit(key, frames, nbytes)    # before each send: the tx to write into the message
+    log.attach(receiver) / log.detach(receiver)
+    log.confirm(receiver, txs, high)          # an acknowledgement arrived
+    log.connections = n                       # data connections open now (the socket monitor's)
+    for entry in log.lost(): ...              # resend entry.frames with a new log.transmit(...)
+
+The resend rule: ZeroMQ delivers each data connection's messages in order, so a receiver that saw a
+transmission later than t and not t never will: t was on a connection that dropped. A message is
+lost when every attached receiver has seen a later transmission than its last one and none
+confirmed it, and every data connection has an attached receiver (a peer that does not acknowledge,
+a tensorcom 0.1 receiver, makes nothing provable: nothing is resent, and nothing is kept past the
+log's limits). A message lost MAX_SENDS times is given up (counted in `refused`): its receivers
+refuse it (a frame over their max_message_size makes ZeroMQ drop the connection it came on, and
+what follows it on that connection); so a message lost twice is resent alone. Markers
+are entries too; a batch resent after its epoch's marker reaches the receiver in its next pass.
+
+    arrivals = Arrivals()                     # receiver side, one per sender
+    fresh = arrivals.arrive(seq, floor, tx)   # False: a duplicate (a resend of what came), drop it
+    txs, high = arrivals.take()               # what to confirm now
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+MAX_MESSAGES = 1024  # messages a sender keeps for resending before it waits for confirmations
+MAX_BYTES = 256 << 20
+MAX_SENDS = 4  # transmissions of one message before it is given up (a frame its receivers refuse)
+
+
+@dataclasses.dataclass
+class Entry:
+    """One message a sender keeps until it is confirmed: `key` (the caller's: ("batch", seq) or
+    ("marker", seq)), its `frames` as sent, `nbytes`, and `tx`, its latest transmission."""
+
+    key: tuple
+    frames: list
+    nbytes: int
+    tx: int
+    sends: int = 1
+
+
+class SendLog:
+    """The sender's side of its sessions (module docstring). `max_messages` / `max_bytes`: how much
+    it keeps before `full` says the sender must wait for confirmations (or, when some data
+    connection has no acknowledging receiver, before it stops keeping the oldest)."""
+
+    def __init__(self, *, max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES):
+        self.max_messages, self.max_bytes = max_messages, max_bytes
+        self.entries: dict[Any, Entry] = {}  # by key, in the order first sent
+        self.by_tx: dict[int, Any] = {}  # transmission -> key, for entries still kept
+        self.receivers: dict[str, int] = {}  # attached receiver -> highest tx it has seen (-1: none)
+        self.connections = 0  # data connections open now
+        self.tx = 0  # the next transmission's number
+        self.nbytes = 0  # bytes kept
+        self.resent = 0  # transmissions that were resends
+        self.abandoned = 0  # entries dropped unconfirmed (no acknowledging receiver could vouch)
+        self.refused = 0  # batches given up after MAX_SENDS transmissions were all lost
+
+    def transmit(self, key: Any, frames: list, nbytes: int) -> int:
+        """Record a transmission of message `key` (new, or a resend of a kept entry); returns its tx."""
+        tx, self.tx = self.tx, self.tx + 1
+        entry = self.entries.get(key)
+        if entry is None:
+            self.entries[key] = Entry(key, frames, nbytes, tx)
+            self.nbytes += nbytes
+        else:
+            self.by_tx.pop(entry.tx, None)
+            entry.tx, entry.frames, entry.sends = tx, frames, entry.sends + 1
+            self.resent += 1
+        self.by_tx[tx] = key
+        return tx
+
+    def attach(self, receiver: str) -> None:
+        """An acknowledging receiver said hello (or came back)."""
+        self.receivers.setdefault(receiver, -1)
+
+    def detach(self, receiver: str) -> None:
+        """A receiver left for good (it said bye, or stayed away past the liveness window)."""
+        self.receivers.pop(receiver, None)
+
+    def confirm(self, receiver: str, txs: list[int], high: int) -> None:
+        """`receiver` took transmissions `txs` and has seen none later than `high`."""
+        self.attach(receiver)
+        self.receivers[receiver] = max(self.receivers[receiver], high)
+        for tx in txs:
+            key = self.by_tx.pop(tx, None)
+            if key is not None:
+                self.nbytes -= self.entries.pop(key).nbytes
+
+    @property
+    def vouched(self) -> bool:
+        """Every data connection may have an acknowledging receiver behind it (and there is one)."""
+        return bool(self.receivers) and len(self.receivers) >= self.connections
+
+    def lost(self) -> list[Entry]:
+        """The entries no attached receiver will ever take (the resend rule), oldest first."""
+        if not self.vouched:
+            return []
+        seen = min(self.receivers.values())
+        lost = [entry for entry in self.entries.values() if entry.tx < seen]
+        for entry in lost:
+            if entry.sends >= MAX_SENDS:  # every receiver refuses it (a frame over its max_message_size)
+                self._drop(entry.key)
+                self.refused += entry.key[0] == "batch"
+        lost = [entry for entry in lost if entry.sends < MAX_SENDS]
+        return lost[:1] if lost and lost[0].sends > 1 else lost  # a suspect goes alone: what follows
+        # it on a connection it makes ZeroMQ drop is lost with it
+
+    @property
+    def full(self) -> bool:
+        """As much is kept as the limits allow."""
+        return len(self.entries) >= self.max_messages or self.nbytes >= self.max_bytes
+
+    def drop_oldest(self) -> None:
+        """Stop keeping the oldest entry (it can no longer be resent); counts it in `abandoned`."""
+        self._drop(next(iter(self.entries)))
+
+    def _drop(self, key: Any) -> None:
+        entry = self.entries.pop(key)
+        self.by_tx.pop(entry.tx, None)
+        self.nbytes -= entry.nbytes
+        self.abandoned += 1
+
+    def outstanding(self, kind: str | None = None) -> int:
+        """Entries not yet confirmed (of `kind`, the first item of their key, when given)."""
+        return sum(1 for key in self.entries if kind is None or key[0] == kind)
+
+    def floor(self, next_seq: int) -> int:
+        """The lowest seq of an unconfirmed batch (`next_seq` when none): receivers forget below it."""
+        return min((key[1] for key in self.entries if key[0] == "batch"), default=next_seq)
+
+
+class Arrivals:
+    """What a receiver took from one sender: batch seqs (for dropping duplicates), transmissions to
+    confirm, and the highest transmission seen."""
+
+    def __init__(self):
+        self.floor = 0
+        self.seen: set[int] = set()  # batch seqs >= floor taken
+        self.pending: list[int] = []  # transmissions not yet confirmed
+        self.high = -1
+        self.duplicates = 0
+
+    def arrive(self, seq: int | None, floor: int, tx: int) -> bool:
+        """Record a transmission (`seq` None for a marker); False when it is a batch already taken."""
+        self.pending.append(tx)
+        self.high = max(self.high, tx)
+        if floor > self.floor:
+            self.floor = floor
+            self.seen = {s for s in self.seen if s >= floor}
+        if seq is None:
+            return True
+        if seq < self.floor or seq in self.seen:
+            self.duplicates += 1
+            return False
+        self.seen.add(seq)
+        return True
+
+    def take(self) -> tuple[list[int], int]:
+        """(transmissions to confirm, highest seen); clears the pending list."""
+        txs, self.pending = self.pending, []
+        return txs, self.high
