@@ -16,7 +16,7 @@ from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.p
 
 from tensorcom import Connection
 from tensorcom.errors import PeerLost
-from tensorcom.transport._shm import MIN_BYTES
+from tensorcom.transport.sharing.handoff import MIN_BYTES
 
 pytestmark = pytest.mark.net
 

@@ -1,4 +1,4 @@
-"""The shared-memory handoff of the sharing schemes (transport/_shm.py, docs/protocol.md §7.8):
+"""The shared-memory handoff of the sharing schemes (transport/sharing/handoff.py, docs/protocol.md §7.8):
 consumers on the server's host get references to one copy of each batch, copy it out, and get
 exactly what frames would have given them; a consumer that does not ask, cannot read the probe or
 says no gets frames; bad references are DecodeErrors naming what is wrong; segments are reused,
@@ -21,7 +21,7 @@ from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.p
 from tensorcom import Connection, wire
 from tensorcom.errors import DecodeError
 from tensorcom.transport import envelope
-from tensorcom.transport._shm import HEADER, MAGIC, MAX_FREE, MIN_BYTES, Arena, Reader, wants_handoff
+from tensorcom.transport.sharing.handoff import HEADER, MAGIC, MAX_FREE, MIN_BYTES, Arena, Reader, wants_handoff
 from tensorcom.urls import parse
 
 pytestmark = pytest.mark.net

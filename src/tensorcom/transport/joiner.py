@@ -43,10 +43,10 @@ from tensorcom import settings, wire
 from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
 from tensorcom.transport import envelope
 from tensorcom.transport._server_session import CONTINUED, ServerSession
-from tensorcom.transport._shm import Reader, wants_handoff
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
 from tensorcom.transport.sharing import check_positive
+from tensorcom.transport.sharing.handoff import Reader, wants_handoff
 
 PASS_END = object()
 POLL_MS = 100

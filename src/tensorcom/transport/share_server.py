@@ -41,10 +41,10 @@ from tensorcom import settings
 from tensorcom.errors import DecodeError, Undelivered
 from tensorcom.transport import envelope
 from tensorcom.transport._share_input import StreamInput
-from tensorcom.transport._shm import Arena
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translate, translated
 from tensorcom.transport.epochs import EpochBook
 from tensorcom.transport.sharing import Send, Welcome, make_book
+from tensorcom.transport.sharing.handoff import Arena
 
 POLL_MS = 50
 BYE_LINGER = 2.0  # seconds the last messages to live consumers get to leave after the stream ended

@@ -1,4 +1,4 @@
-"""What a sharing book (tensorcom.transport.sharing) records: the items of the served stream, the
+"""What a sharing book (tensorcom.transport.sharing.books) records: the items of the served stream, the
 sends it orders, the welcome it answers a join with, and each consumer's deliveries, numbers,
 acknowledgements and credit across reconnects. Pure (no zmq)."""
 

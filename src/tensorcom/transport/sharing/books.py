@@ -48,7 +48,7 @@ import time
 from collections import deque
 from typing import Any
 
-from tensorcom.transport._book_records import Consumer, Item, Send, Welcome
+from tensorcom.transport.sharing._records import Consumer, Item, Send, Welcome
 
 __all__ = ["Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "check_positive", "make_book"]
 
