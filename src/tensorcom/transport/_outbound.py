@@ -104,10 +104,10 @@ class _Receiver:
 
 class Outbound:
     """Sessions of one sending socket (module docstring). `send_frames(frames)` sends one message on
-    the data socket; `keeps`: keep messages for resending (False: lossy PUB); `liveness`: seconds a
+    the data socket if it takes it without waiting (False otherwise); `keeps`: keep messages for resending (False: lossy PUB); `liveness`: seconds a
     receiver may be unreachable before it counts as gone (None: 10)."""
 
-    def __init__(self, sock: zmq.Socket, send_frames: Callable[[list], int], *, name: str, keeps: bool,
+    def __init__(self, sock: zmq.Socket, send_frames: Callable[[list], bool], *, name: str, keeps: bool,
                  liveness: float | None, context: zmq.Context, next_seq: Callable[[], int],
                  secure: Callable | None = None):
         self.sock, self.send_frames, self.name, self.keeps = sock, send_frames, name, keeps
@@ -224,9 +224,9 @@ class Outbound:
     def _resend(self, entry: Any) -> None:
         reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.log.tx), self.log.tx)
         frames = wire.with_reply(entry.frames, reply)
-        self.send_frames(frames)
-        self.log.transmit(entry.key, frames, entry.nbytes)
-        self.last_sent = time.monotonic()
+        if self.send_frames(frames):  # else the queue is full: the next pump tries again
+            self.log.transmit(entry.key, frames, entry.nbytes)
+            self.last_sent = time.monotonic()
 
     def _tick_if_stalled(self, now: float) -> None:
         """Send a tick when transmissions stay unconfirmed and nothing was sent for TICK_AFTER s: if
@@ -239,7 +239,7 @@ class Outbound:
         reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.next_seq()), self.log.tx)
         tick = wire.encode_tick(seq=self.next_seq(), epoch=0, sender=self.name, reply=reply)
         for _ in range(max(self.log.connections, 1)):  # round-robin: one per connection
-            self.send_frames(tick)
+            self.send_frames(tick)  # a full queue has a later transmission in it already
         self.log.tx += 1
 
     def _data_events(self) -> None:
@@ -281,7 +281,8 @@ class Outbound:
                 return Delivery()
             confirmed = self._await_confirmations(deadline)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            self.sock.close(linger=0 if confirmed else -1 if remaining is None else int(remaining * 1000))
+            flush = not confirmed and not self.ever_attached  # only for peers that never confirm (0.1)
+            self.sock.close(linger=0 if not flush else -1 if remaining is None else int(remaining * 1000))
             return Delivery() if (confirmed and not self.log.refused) or not self.ever_attached else self._delivery()
         finally:
             self._close_link()

@@ -327,9 +327,19 @@ class Connection(ReceivingSide, SharingSide, SecuredSockets):
         """When a send that waits for confirmations gives up (TransportError): `timeout` from now."""
         return None if self.timeout is None else time.monotonic() + self.timeout
 
-    def _send_message(self, frames: list) -> int:
-        """Send one message's frames as they are (a resend); returns its size."""
-        return self._send_frames(frames)
+    def _send_message(self, frames: list) -> bool:
+        """Send one message's frames as they are (a resend, a tick) if the socket takes it now; False
+        when it would have to wait (a full queue: try again later)."""
+        if not self.multipart:
+            frames = [wire.frames_to_buffer(frames)]
+        topic = self.endpoints[0].topic if self.endpoints[0].socket_type == "PUB" else ""
+        try:
+            self._live_socket().send_multipart([topic.encode(), *frames] if topic else frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            raise sockets.translate(exc, self.url, self.timeout, "send")
+        return True
 
     def _send_frames(self, frames: list, times: int = 1, copy: bool = False) -> int:
         """Send a message `times` times (single-buffer form unless multipart); returns its size.
