@@ -165,7 +165,7 @@ def fan_sender(url: str, count: int) -> None:
 def fan_hub(url: str, worker_url, mark, done, cpu) -> None:
     """Process body: a sharing server for `url` whose tcp input (sent back in `worker_url`) the senders
     push to, until `done`; `cpu.value` gets its CPU seconds from `mark` (the timed part) to `done`."""
-    from tensorcom.transport.hub import Hub
+    from tensorcom.transport.sharing.hub import Hub
 
     hub = Hub(url, input_host="127.0.0.1", replay=4)
     worker_url.put(hub.worker_url)

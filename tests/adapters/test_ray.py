@@ -209,7 +209,7 @@ def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_p
     handed over; its late ids 3..4 are dropped; the plan says 3 are taken; sender B (the restarted
     worker) passes over 3 and sends 3..5 and the end: the consumer gets 0..5 once, in one pass."""
     from tensorcom import Connection
-    from tensorcom.transport.hub import Hub
+    from tensorcom.transport.sharing.hub import Hub
 
     def batch(i: int) -> dict:
         return {"id": np.array([i], dtype=np.int32)}

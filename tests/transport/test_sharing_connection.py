@@ -14,9 +14,9 @@ from sharing_threads import ids_batch, serve_in_thread  # tests/transport/sharin
 
 from tensorcom import Connection, wire
 from tensorcom.errors import DecodeError, Detached, RecvTimeout, Undelivered
-from tensorcom.transport import envelope
-from tensorcom.transport.hub import Hub
 from tensorcom.transport.security import Curve, create_key_pair
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing.hub import Hub
 
 pytestmark = pytest.mark.net
 
@@ -132,14 +132,14 @@ def raw_socket():
 def welcomed(server: zmq.Socket) -> bytes:
     """Take a consumer's join on the by-hand ROUTER `server` and welcome it; returns its routing id."""
     peer, join = server.recv_multipart()
-    assert envelope.decode(join)["k"] == "join"
-    server.send_multipart([peer, envelope.encode("welcome", server="s1", mode="share", epoch=0, pos=0)])
+    assert control.decode(join)["k"] == "join"
+    server.send_multipart([peer, control.encode("welcome", server="s1", mode="share", epoch=0, pos=0)])
     return peer
 
 
 def ids_message(n: int, batch: dict) -> list:
     """Batch n of a by-hand server: the control frame and the batch's wire frames."""
-    return [envelope.encode("batch", n=n, epoch=0, pos=n - 1), *wire.encode_batch(batch, seq=n, sender="by-hand")]
+    return [control.encode("batch", n=n, epoch=0, pos=n - 1), *wire.encode_batch(batch, seq=n, sender="by-hand")]
 
 
 def test_a_malformed_batch_names_the_server_and_is_acknowledged(free_port, raw_socket):
@@ -151,11 +151,11 @@ def test_a_malformed_batch_names_the_server_and_is_acknowledged(free_port, raw_s
     server.bind(f"tcp://{url}")
     with Connection(f"zjoin://{url}", credit=2, timeout=10) as consumer:
         peer = welcomed(server)
-        server.send_multipart([peer, envelope.encode("batch", n=1, epoch=0, pos=0), b"not a wire message"])
+        server.send_multipart([peer, control.encode("batch", n=1, epoch=0, pos=0), b"not a wire message"])
         server.send_multipart([peer, *ids_message(2, {"id": np.arange(4, dtype=np.int32)})])
         with pytest.raises(DecodeError, match=f"zjoin://{url}: batch 1's wire message"):
             consumer.recv()
-        assert envelope.decode(server.recv_multipart()[1])["upto"] == 1
+        assert control.decode(server.recv_multipart()[1])["upto"] == 1
         assert consumer.recv()["id"].tolist() == [0, 1, 2, 3]
 
 
@@ -190,7 +190,7 @@ def test_hub_input_keeps_held_messages_in_order_and_ends_an_epoch_whose_marker_w
                             batch("A", 1, 2, 10), batch("A", 1, 3, 11), marker("A", 1, 4),  # held
                             batch("B", 0, 0, 1), marker("B", 0, 1),  # epoch 0 ends
                             batch("B", 1, 2, 12), batch("B", 2, 3, 20),  # B's marker of epoch 1 was lost
-                            [envelope.encode("finish")]):
+                            [control.encode("finish")]):
                 producer.send_multipart(message)
             passes = [[int(b["id"][0]) for b in consumer] for _ in range(3)]
         assert passes == [[0, 1], [10, 11, 12], [20]]

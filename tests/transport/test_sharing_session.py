@@ -1,12 +1,12 @@
-"""The consumer's session core (tensorcom.transport._server_session) and the books' reconnect rules
+"""The consumer's session core (tensorcom.transport.sharing._session) and the books' reconnect rules
 (tensorcom.transport.sharing), without sockets: reconnects, duplicates, gaps, silence, departures."""
 
 from __future__ import annotations
 
 from sharing_books import Stream, feed  # tests/transport/sharing_books.py
 
-from tensorcom.transport._server_session import CONTINUED, NEW, ServerSession
 from tensorcom.transport.sharing import MAX_DEPARTED, ShareBook, SplitBook
+from tensorcom.transport.sharing._session import CONTINUED, NEW, ServerSession
 
 
 def joined(server: str = "s1") -> ServerSession:

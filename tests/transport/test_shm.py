@@ -20,7 +20,7 @@ from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.p
 
 from tensorcom import Connection, wire
 from tensorcom.errors import DecodeError
-from tensorcom.transport import envelope
+from tensorcom.transport.sharing import control
 from tensorcom.transport.sharing.handoff import HEADER, MAGIC, MAX_FREE, MIN_BYTES, Arena, Reader, wants_handoff
 from tensorcom.urls import parse
 
@@ -105,7 +105,7 @@ def raw_client(url: str, join: dict) -> zmq.Socket:
     sock.linger = 0
     sock.rcvtimeo = 20_000
     sock.connect(f"tcp://{url}")
-    sock.send(envelope.encode("join", name="raw", credit=4, **join))
+    sock.send(control.encode("join", name="raw", credit=4, **join))
     return sock
 
 
@@ -114,18 +114,18 @@ def test_a_client_that_asks_is_offered_the_probe_and_gets_references_only_after_
     url = f"127.0.0.1:{free_port()}"
     server = Connection(f"zshare://{url}")
     sock = raw_client(url, {"shm": True})
-    welcome = envelope.decode(sock.recv())
+    welcome = control.decode(sock.recv())
     offer = welcome["shm"]
     probe = Path(f"/dev/shm/{offer['name']}").read_bytes()  # what §7.8 says lies there
     assert probe[: len(MAGIC) + 16] == MAGIC + bytes.fromhex(offer["token"])
     if answer is not None:
-        sock.send(envelope.encode("shm", ok=answer))
+        sock.send(control.encode("shm", ok=answer))
         time.sleep(0.3)  # the answer is read before the first batch is there to send
     errors: list = []
     thread = serve_in_thread(server, 3, errors, make_batch=image_batch)
     for n in range(1, 4):
         frames = sock.recv_multipart()
-        meta = envelope.decode(frames[0])
+        meta = control.decode(frames[0])
         if answer is True:  # a reference: no frames; the segment holds the wire message at the offsets
             assert len(frames) == 1 and meta["shm"]["seg"].startswith(offer["name"][: -len("probe")])
             data = Path(f"/dev/shm/{meta['shm']['seg']}").read_bytes()
@@ -136,9 +136,9 @@ def test_a_client_that_asks_is_offered_the_probe_and_gets_references_only_after_
             frames = frames[1:]
         batch = wire.decode_message(frames).batch
         assert batch["id"].tolist() == list(range(8 * (n - 1), 8 * n))
-        sock.send(envelope.encode("ack", upto=n))
-    assert envelope.decode(sock.recv())["k"] == "end"
-    assert envelope.decode(sock.recv())["k"] == "bye"  # everything acknowledged: the server closed
+        sock.send(control.encode("ack", upto=n))
+    assert control.decode(sock.recv())["k"] == "end"
+    assert control.decode(sock.recv())["k"] == "bye"  # everything acknowledged: the server closed
     thread.join(timeout=30)
     assert not thread.is_alive() and errors == []
     sock.close()

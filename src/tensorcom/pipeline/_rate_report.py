@@ -8,7 +8,7 @@
 
 Rates are over a sliding window (tensorcom.progress.RateWindow) counted from the first batch, or over
 the whole run (`overall`). A report is due every `every` seconds from the first batch (None or 0:
-never); with a sharing server (`hub`, tensorcom.transport.hub.Hub) its consumers' status joins the
+never); with a sharing server (`hub`, tensorcom.transport.sharing.Hub) its consumers' status joins the
 stats and adds one line per consumer.
 """
 

@@ -29,7 +29,7 @@ from tensorcom.pipeline._rate_report import RateReport
 
 class Supervisor:
     """The parent's side (module docstring): starts the workers, reads their messages, reports, and
-    stops them. `hub`: a sharing server (tensorcom.transport.hub.Hub) whose consumers join the reports."""
+    stops them. `hub`: a sharing server (tensorcom.transport.sharing.Hub) whose consumers join the reports."""
 
     def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
         self.ctx = multiprocessing.get_context("spawn")

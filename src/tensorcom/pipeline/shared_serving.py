@@ -1,5 +1,5 @@
 """`tensorcom.serve` to the sharing schemes: with `zshare://` or `zsplit://` URLs the serving process
-runs the sharing server (`tensorcom.transport.hub.Hub`) and its N workers push their shares to it, so
+runs the sharing server (`tensorcom.transport.sharing.Hub`) and its N workers push their shares to it, so
 one pipeline feeds every consumer that joins (`zjoin://`).
 
     hub = open_hub(urls, min_consumers=2, sharing={"replay": 32})   # None for other schemes
@@ -34,7 +34,7 @@ def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None, 
         if min_consumers != 1 or sharing:
             raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         return None
-    from tensorcom.transport.hub import Hub
+    from tensorcom.transport.sharing.hub import Hub
 
     return Hub(urls, curve=curve, min_consumers=min_consumers, **(sharing or {}))
 
@@ -42,7 +42,7 @@ def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None, 
 def finish_hub(hub: Any, ends: int | None) -> dict:
     """Let the hub's stream end after `ends` epochs and wait until every consumer has everything;
     returns its result, or raises TransportError when batches were not delivered."""
-    from tensorcom.transport.share_server import check_delivered
+    from tensorcom.transport.sharing.server import check_delivered
 
     hub.finish(ends)
     result = hub.close()

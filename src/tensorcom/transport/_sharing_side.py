@@ -1,5 +1,5 @@
-"""What a `Connection` does with the sharing schemes (a mixin of Connection; the protocol itself is in
-share_server, joiner and sharing).
+"""What a `Connection` does with the sharing schemes (a mixin of Connection; the protocol itself is the
+sharing/ sub-package: server, joiner, books).
 
   * `zshare://` / `zsplit://` (send): the Connection starts a ShareServer thread bound to the URLs and
     sends its encoded messages to it over `inproc://` (a PUSH socket, so send(), end_epoch() and
@@ -16,10 +16,10 @@ import threading
 from typing import Any
 
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport import envelope
-from tensorcom.transport.hub import sharing_mode
-from tensorcom.transport.joiner import PASS_END, Joiner
-from tensorcom.transport.share_server import ShareServer, check_delivered
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing.hub import sharing_mode
+from tensorcom.transport.sharing.joiner import PASS_END, Joiner
+from tensorcom.transport.sharing.server import ShareServer, check_delivered
 
 SHARING_OPTIONS = ("min_consumers", "replay", "policy", "credit", "batch_size", "observe", "shm")
 CONSUMER_OPTIONS = ("credit", "batch_size", "observe", "shm")  # what a zjoin Connection passes on
@@ -135,7 +135,7 @@ class SharingSide:
         server, self._server = self._server, None
         try:
             if self.socket is not None:  # the server gives an open epoch its end
-                self.socket.send(envelope.encode("finish"))
+                self.socket.send(control.encode("finish"))
             result = server.wait(linger)
         finally:
             if self.socket is not None:

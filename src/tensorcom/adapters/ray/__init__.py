@@ -8,7 +8,7 @@ be Ray programs (any framework; another language through docs/protocol.md). Guid
     tensorcom.ray.endpoints("imagenet")       # those URLs, from any program connected to the cluster
     tensorcom.ray.serve_dataset(ray.data.read_parquet(...), "zsplit://0.0.0.0:7880", workers=2)
 
-The driver (the calling process) runs a sharing server (tensorcom.transport.hub.Hub) bound to the
+The driver (the calling process) runs a sharing server (tensorcom.transport.sharing.Hub) bound to the
 trainer-facing zshare/zsplit URL, its input on tcp on the driver's node. Actor i of N (ServerActor)
 builds share i of N of the pipeline and pushes it there through a Connection tagged with its share
 (stream, i, N); the N actors form one marker group. Epoch by epoch the driver calls `run` on every
@@ -139,7 +139,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     serving = hub = None
     try:
         if sharing_urls:
-            from tensorcom.transport.hub import Hub
+            from tensorcom.transport.sharing.hub import Hub
 
             hub = Hub(url, curve=curve, input_host=host or node_address(ray),
                       min_consumers=min_consumers, **(sharing or {}))

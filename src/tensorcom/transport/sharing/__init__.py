@@ -1,12 +1,22 @@
-"""The sharing protocol: `zshare://` / `zsplit://` servers and `zjoin://` consumers.
+"""The sharing protocol: `zshare://` and `zsplit://` servers, `zjoin://` consumers (docs/sharing.md;
+the wire protocol: docs/protocol.md §7). Its modules, each one concept:
 
-    books      who gets which batch (ShareBook, SplitBook, make_book): the delivery rules, pure
-    handoff    shared-memory handoff of batches to consumers on the server's host
+    books      who gets which batch, and when (ShareBook, SplitBook, make_book); pure, no zmq
+    server     ShareServer: the thread that owns the ROUTER socket and follows a book (+ _input: its
+               input socket, the stream it serves)
+    joiner     Joiner: the consumer side, one DEALER socket per server (+ _session: its session core)
+    hub        Hub: a ShareServer fed by serving worker processes (tensorcom.serve, tensorcom.ray)
+    control    the control frame that starts every message of the protocol (kind and fields <-> bytes)
+    handoff    batches handed to consumers on the server's host through POSIX shared memory
 
-The books' names are importable from here (`from tensorcom.transport.sharing import make_book`).
+`Connection` reaches these through its sharing side (tensorcom.transport._sharing_side). The books'
+names are imported here eagerly (they need no ZeroMQ); the socket-owning ones on first use.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from tensorcom.transport.sharing.books import (
     MAX_DEPARTED,
@@ -20,5 +30,15 @@ from tensorcom.transport.sharing.books import (
     make_book,
 )
 
-__all__ = ["MAX_DEPARTED", "Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "check_positive",
-           "make_book"]
+_LAZY = {"Hub": "hub", "Joiner": "joiner", "ShareServer": "server", "check_delivered": "server"}
+__all__ = sorted(["MAX_DEPARTED", "Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "check_positive",
+                  "make_book", *_LAZY])
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a socket-owning name on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tensorcom.transport.sharing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tensorcom.transport.sharing.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value

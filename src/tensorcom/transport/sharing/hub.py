@@ -27,8 +27,9 @@ import zmq
 
 from tensorcom import urls
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport import envelope, security
-from tensorcom.transport.share_server import ShareServer
+from tensorcom.transport import security
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing.server import ShareServer
 
 INPUT_HWM = 4  # worker messages queued in the hub before workers wait
 
@@ -79,7 +80,7 @@ class Hub:
         self._finisher.linger = 1000
         self._finisher.connect(self.server.input_address)
         fields = {} if ends is None else {"ends": ends}
-        self._finisher.send(envelope.encode("finish", **fields))
+        self._finisher.send(control.encode("finish", **fields))
 
     def close(self, timeout: float | None = None) -> dict:
         """Wait (at most `timeout` s) until the consumers have everything, then release; the result

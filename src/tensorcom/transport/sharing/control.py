@@ -8,7 +8,7 @@ frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the w
                          leave {}, shm {ok}
     server -> consumer   welcome {server, mode, epoch, pos, resumed?, n?, shm?},
                          batch {n, epoch, pos} + wire frames
-                         (or batch {n, epoch, pos, shm: reference}, no frames: _shm),
+                         (or batch {n, epoch, pos, shm: reference}, no frames: handoff),
                          end {epoch, batches, n?}, detached {why}, status {consumers}, bye {}
 
 (`session`, `server`, `upto`, `resumed` and `n` carry a session over a reconnect; batches and ends

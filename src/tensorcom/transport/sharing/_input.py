@@ -16,11 +16,11 @@ import zmq
 
 from tensorcom import wire
 from tensorcom.errors import DecodeError
-from tensorcom.transport import envelope
 from tensorcom.transport.batches import batch_size
 from tensorcom.transport.epochs import Verdict
 from tensorcom.transport.resume import ResumePlan
-from tensorcom.transport.sharing import Item
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing.books import Item
 
 
 class StreamInput:
@@ -61,7 +61,7 @@ class StreamInput:
                 except zmq.Again:
                     pass
             ahead = self._ahead
-            if ahead is not None and envelope.is_control(ahead[0].buffer) and not self._input_epochs.backlog:
+            if ahead is not None and control.is_control(ahead[0].buffer) and not self._input_epochs.backlog:
                 self._ahead = None
                 with self._input_lock:
                     self._take(ahead)
@@ -81,13 +81,13 @@ class StreamInput:
     def _take(self, frames: list) -> None:
         """One message read from the input: the producer's `finish`, or a wire message to admit."""
         try:
-            if envelope.is_control(frames[0].buffer):
-                self._on_finish(envelope.decode(frames[0].buffer))
+            if control.is_control(frames[0].buffer):
+                self._on_finish(control.decode(frames[0].buffer))
             else:
                 views = [f.buffer for f in frames]
                 self._admit(_Input.of(frames, wire.decode_message(views, max_plain_values=self.max_plain_values)))
         except DecodeError as exc:
-            raise envelope.located(exc, f"{self.input_address}: input message") from exc
+            raise control.located(exc, f"{self.input_address}: input message") from exc
 
     def _admit(self, message: _Input) -> None:
         """One input message through the input's epoch book: batches become items, a completed

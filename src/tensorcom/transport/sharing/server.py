@@ -1,18 +1,18 @@
 """The sharing server of `zshare://` and `zsplit://`: one thread that owns a ROUTER socket bound to
 the URLs, takes the stream it serves from an input socket, and hands each item to the consumers that
-joined (`zjoin://`) as `tensorcom.transport.sharing` decides (share: everyone, split: one each).
+joined (`zjoin://`) as the books (`books`) decide (share: everyone, split: one each).
 
     server = ShareServer(endpoints, "share", input_address, min_consumers=2)
     server.start()                        # the thread runs until the stream ends and is consumed
-    ... producers send wire messages to input_address (a PUSH socket), then envelope "finish" ...
+    ... producers send wire messages to input_address (a PUSH socket), then the control frame "finish" ...
     result = server.wait(timeout=None)    # {"undelivered": {...}, "consumers": [...], ...}
 
 Input: protocol-2 wire messages from one in-process producer (a Connection on `inproc://`), from the
 serving workers of `tensorcom.serve` (`ipc://`) or from Ray actors (`tcp://`, tensorcom.ray); how they
 become the served stream (epochs, handover of a restarted worker's share, `finish`) is in
-`_share_input`. Batches are forwarded as the frames received, so one encoding reaches every consumer
+`_input`. Batches are forwarded as the frames received, so one encoding reaches every consumer
 (zero-copy fan-out); a consumer on the server's host that accepted the shared-memory handoff gets a
-reference to one copy in shared memory instead (`_shm`).
+reference to one copy in shared memory instead (`handoff`).
 
 Sessions and liveness: a consumer's session outlives its connection. Its DEALER names itself with a
 stable routing id (its session) and the ROUTER hands that id over to a new connection
@@ -39,11 +39,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import settings
 from tensorcom.errors import DecodeError, Undelivered
-from tensorcom.transport import envelope
-from tensorcom.transport._share_input import StreamInput
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translate, translated
 from tensorcom.transport.epochs import EpochBook
-from tensorcom.transport.sharing import Send, Welcome, make_book
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing._input import StreamInput
+from tensorcom.transport.sharing.books import Send, Welcome, make_book
 from tensorcom.transport.sharing.handoff import Arena
 
 POLL_MS = 50
@@ -162,7 +162,7 @@ class ShareServer(StreamInput):
             while not self.stop.is_set() and not (self.book.ended and self.book.done()):
                 self._step()
             if self.book.ended and self.book.done():
-                self._broadcast(envelope.encode("bye"))
+                self._broadcast(control.encode("bye"))
                 # stop the monitor first: a lingering socket whose monitor socket is closed under it
                 # (as _close_sockets does next) may never send what it still holds, ends and byes included
                 self.router.disable_monitor()
@@ -183,7 +183,7 @@ class ShareServer(StreamInput):
         taking = self.book.can_take()
         self._poller.register(self.input, zmq.POLLIN if taking or self._ahead is None else 0)  # 0: unregistered
         for peer, why in self.book.take_detached():
-            self._send(peer, [envelope.encode("detached", why=why)])
+            self._send(peer, [control.encode("detached", why=why)])
         ready = dict(self._poller.poll(POLL_MS))
         if self.monitor in ready:
             self._on_monitor()
@@ -203,11 +203,11 @@ class ShareServer(StreamInput):
     def _frames(self, send: Send) -> list:
         item = send.item
         if item.is_end:
-            return [envelope.encode("end", n=send.number, epoch=item.epoch, batches=item.pos)]
+            return [control.encode("end", n=send.number, epoch=item.epoch, batches=item.pos)]
         ref = self.arena.ref(send.peer, item) if self.arena is not None else None
         if ref is not None:  # a consumer on this host: the batch lies in shared memory
-            return [envelope.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos, shm=ref)]
-        return [envelope.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos), *item.frames]
+            return [control.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos, shm=ref)]
+        return [control.encode("batch", n=send.number, epoch=item.epoch, pos=item.pos), *item.frames]
 
     def _send(self, peer: Any, frames: list) -> None:
         """Send to one consumer; one without a connection now (EHOSTUNREACH) is down (a consumer's
@@ -254,7 +254,7 @@ class ShareServer(StreamInput):
             try:
                 if len(frames) != 2:
                     raise DecodeError("a consumer message has exactly one frame", 0, "frame")
-                self._handle(peer, frames[1], envelope.decode(frames[1].buffer))
+                self._handle(peer, frames[1], control.decode(frames[1].buffer))
             except DecodeError:
                 self.rejected += 1
 
@@ -282,7 +282,7 @@ class ShareServer(StreamInput):
         else:
             joined = self._resumed(peer, meta) or self._joined(peer, meta)
         offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self._has_arena() else {}
-        self._send(peer, [envelope.encode("welcome", server=self.server_id, mode=joined.mode, epoch=joined.epoch,
+        self._send(peer, [control.encode("welcome", server=self.server_id, mode=joined.mode, epoch=joined.epoch,
                                           pos=joined.pos, resumed=joined.resumed, n=joined.n, **offer)])
 
     def _resumed(self, peer: bytes, meta: dict) -> Welcome | None:
@@ -306,7 +306,7 @@ class ShareServer(StreamInput):
         self._next_status = now + STATUS_INTERVAL
         self.status = self.book.reports()
         if self._observers:
-            frame = envelope.encode("status", consumers=self.status)
+            frame = control.encode("status", consumers=self.status)
             for peer in list(self._observers):
                 self._send(peer, [frame])
 

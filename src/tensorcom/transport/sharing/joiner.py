@@ -14,7 +14,7 @@ its caller a DecodeError naming the server's URL; and each epoch end when it rea
 when every server that took part in it (had a session during it) has sent its epoch's `end`; a
 server whose end came first is not read from meanwhile, so its next epoch waits in its queue.
 
-Reconnects: a session outlives its connection (the rules: `_server_session`). After ZeroMQ
+Reconnects: a session outlives its connection (the rules: `_session`). After ZeroMQ
 reconnects, the consumer joins again naming the server and the last delivery it took; the server
 goes on with the session and sends again what was not acknowledged; duplicates are dropped by
 number, so the caller gets every batch once, in order. Liveness: ZMTP heartbeats on each socket and
@@ -41,11 +41,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import settings, wire
 from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
-from tensorcom.transport import envelope
-from tensorcom.transport._server_session import CONTINUED, ServerSession
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
-from tensorcom.transport.sharing import check_positive
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing._session import CONTINUED, ServerSession
+from tensorcom.transport.sharing.books import check_positive
 from tensorcom.transport.sharing.handoff import Reader, wants_handoff
 
 PASS_END = object()
@@ -54,7 +54,7 @@ _EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLO
 
 
 class _Link:
-    """One server: the DEALER socket, its monitor, the session (`_server_session`) and the pass."""
+    """One server: the DEALER socket, its monitor, the session (`_session`) and the pass."""
 
     def __init__(self, endpoint: Any, sock: Any, monitor: Any):
         self.url, self.sock, self.monitor = endpoint.url, sock, monitor
@@ -73,7 +73,7 @@ class _Link:
 
     def send(self, kind: str, **fields: Any) -> None:
         try:
-            self.sock.send(envelope.encode(kind, **fields), zmq.NOBLOCK)
+            self.sock.send(control.encode(kind, **fields), zmq.NOBLOCK)
         except zmq.Again:
             pass  # no connection now: a new session starts with a join anyway
 
@@ -180,9 +180,9 @@ class Joiner:
         server's URL for a malformed message."""
         frames = link.sock.recv_multipart(copy=False)
         try:
-            meta = envelope.decode(frames[0].buffer)
+            meta = control.decode(frames[0].buffer)
         except DecodeError as exc:
-            raise envelope.located(exc, f"{link.url}: server message") from exc
+            raise control.located(exc, f"{link.url}: server message") from exc
         kind = meta["k"]
         if kind == "welcome":
             return self._welcome(link, meta)
@@ -235,11 +235,11 @@ class Joiner:
         link.send("ack", upto=meta["n"])
         if unreadable is not None:
             where = f"{link.url}: batch {meta['n']}'s shared-memory reference"
-            raise envelope.located(unreadable, where) from unreadable
+            raise control.located(unreadable, where) from unreadable
         try:
             message = wire.decode_message(views, max_size=self.max_message_size, max_plain_values=self.max_plain_values)
         except DecodeError as exc:  # its frames are numbered from the first after the control frame
-            raise envelope.located(exc, f"{link.url}: batch {meta['n']}'s wire message") from exc
+            raise control.located(exc, f"{link.url}: batch {meta['n']}'s wire message") from exc
         if self.rebatcher is None:
             return message
         try:
