@@ -29,8 +29,9 @@ STATE_VERSION = 1
 
 
 @dataclass
-class _Share:
-    """What was consumed of worker `worker`'s share of one epoch."""
+class _Portion:
+    """What was consumed of one worker's portion of one epoch (the part of the data that worker
+    serves; the state dict's "shares" and wire.Share keep the old word, for compatibility)."""
 
     batches: int = 0
     samples: int = 0
@@ -43,13 +44,13 @@ class _Stream:
 
     workers: int
     epoch: int = 0
-    shares: dict[tuple[int, int], _Share] = field(default_factory=dict)
+    portions: dict[tuple[int, int], _Portion] = field(default_factory=dict)
 
     def complete_epochs(self) -> None:
         """Drop every finished epoch at the front (all workers ended it); advance `epoch` past them."""
-        while all(self.shares.get((self.epoch, w), _Share()).ended for w in range(self.workers)):
+        while all(self.portions.get((self.epoch, w), _Portion()).ended for w in range(self.workers)):
             for w in range(self.workers):
-                del self.shares[(self.epoch, w)]
+                del self.portions[(self.epoch, w)]
             self.epoch += 1
 
 
@@ -64,22 +65,22 @@ class Consumption:
         self.streams: dict[str, _Stream] = {}
         self.passes = 0
 
-    def _share(self, share: Any, epoch: int) -> _Share:
+    def _portion(self, share: Any, epoch: int) -> _Portion:
         stream = self.streams.setdefault(share.stream, _Stream(share.workers, epoch))
         if stream.workers != share.workers:  # the stream was restarted with another worker count
             stream = self.streams[share.stream] = _Stream(share.workers, epoch)
         stream.epoch = min(stream.epoch, epoch)
-        return stream.shares.setdefault((epoch, share.worker), _Share())
+        return stream.portions.setdefault((epoch, share.worker), _Portion())
 
     def batch(self, share: Any, epoch: int, samples: int) -> None:
-        """Record a batch of `samples` samples of worker share.worker's share of `epoch`."""
-        record = self._share(share, epoch)
+        """Record a batch of `samples` samples of worker share.worker's portion of `epoch`."""
+        record = self._portion(share, epoch)
         record.batches += 1
         record.samples += samples
 
     def marker(self, share: Any, epoch: int) -> None:
         """Record that worker share.worker ended `epoch`."""
-        self._share(share, epoch).ended = True
+        self._portion(share, epoch).ended = True
         self.streams[share.stream].complete_epochs()
 
     def state_dict(self) -> dict:
@@ -87,7 +88,7 @@ class Consumption:
         streams = {}
         for name, stream in self.streams.items():
             shares = [{"epoch": e, "worker": w, "batches": r.batches, "samples": r.samples, "ended": r.ended}
-                      for (e, w), r in sorted(stream.shares.items())]
+                      for (e, w), r in sorted(stream.portions.items())]
             streams[name] = {"workers": stream.workers, "epoch": stream.epoch, "shares": shares}
         return {"version": STATE_VERSION, "passes": self.passes, "streams": streams}
 
@@ -98,10 +99,10 @@ class Consumption:
         self.streams = {}
         for name, entry in streams.items():
             stream = self.streams[name] = _Stream(_count(entry, "workers", 1), _count(entry, "epoch"))
-            for share in entry.get("shares", []):
-                key = (_count(share, "epoch"), _count(share, "worker"))
-                stream.shares[key] = _Share(_count(share, "batches"), _count(share, "samples"),
-                                            bool(share.get("ended", False)))
+            for portion in entry.get("shares", []):
+                key = (_count(portion, "epoch"), _count(portion, "worker"))
+                stream.portions[key] = _Portion(_count(portion, "batches"), _count(portion, "samples"),
+                                                bool(portion.get("ended", False)))
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class ResumePlan:
     skips: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def skip(self, epoch: int, worker: int) -> int:
-        """Batches the consumer already has of `worker`'s share of `epoch`."""
+        """Batches the consumer already has of `worker`'s portion of `epoch`."""
         return self.skips.get((epoch, worker), 0)
 
     @classmethod
@@ -134,7 +135,7 @@ class ResumePlan:
         if name not in record.streams:
             raise ValueError(f"the resume state has no stream {name!r}; it has {sorted(record.streams)}")
         found = record.streams[name]
-        skips = {key: share.batches for key, share in found.shares.items()}
+        skips = {key: portion.batches for key, portion in found.portions.items()}
         return cls(name, found.workers, found.epoch, skips)
 
 
