@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 from tensorcom.pipeline import _pipes as procpipe
 from tensorcom.pipeline._failure import Failure, died
 from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
+from tensorcom.pipeline._semaphores import Handover
 from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.workers import check_picklable, check_sizes
 
@@ -89,12 +90,15 @@ class _Shares:
             ctx = multiprocessing.get_context("spawn")
             self.stop = ctx.Event()
             self.workers, self.readers = [], []
+            handover = Handover(ctx, [self.stop])
             try:
                 for i in range(count):
-                    self._spawn(ctx, make, i, count, buffer, init)
+                    self._spawn(ctx, make, i, count, buffer, init, handover)
             except BaseException:
                 self.close()  # e.g. the pipeline could not be pickled: stop those already started
                 raise
+            finally:
+                handover.release()  # the stop event's names leave /dev/shm
             self.streams = [procpipe.stream_of(r) for r in self.readers]
             return
         self.stop = threading.Event()
@@ -105,11 +109,12 @@ class _Shares:
         for worker in self.workers:
             worker.start()
 
-    def _spawn(self, ctx: Any, make: Callable, ident: int, count: int, buffer: int, init: Callable | None) -> None:
+    def _spawn(self, ctx: Any, make: Callable, ident: int, count: int, buffer: int, init: Callable | None,
+               handover: Handover) -> None:
         """Start worker process `ident` with a pipe of its own."""
         proc, reader = procpipe.spawn_with_pipe(
             ctx, process_main, lambda writer: (make, ident, count, writer, self.stop, buffer, init, os.getpid()),
-            f"tensorcom-share-{ident}")
+            f"tensorcom-share-{ident}", handover)
         self.readers.append(reader)
         self.workers.append(proc)
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from tensorcom.pipeline._failure import died
 from tensorcom.pipeline._loop import join_or_kill
 from tensorcom.pipeline._rate_report import RateReport
+from tensorcom.pipeline._semaphores import Handover
 
 
 class Supervisor:
@@ -42,12 +43,17 @@ class Supervisor:
         self.reports = RateReport(report, on_report, hub)  # a sharing server's consumers join the reports
 
     def launch(self, target: Callable[..., None], args_for: Callable[[int], tuple], count: int) -> None:
-        """Start `count` processes running target(*args_for(i)), with a barrier for all of them."""
+        """Start `count` processes running target(*args_for(i)), with a barrier for all of them; returns
+        once each has opened the shared primitives, whose names then leave /dev/shm (_semaphores)."""
         self.barrier = self.ctx.Barrier(count)
-        for i in range(count):
-            proc = self.ctx.Process(target=target, args=args_for(i), name=f"tensorcom-serve-{i}")
-            proc.start()
-            self.procs.append(proc)
+        handover = Handover(self.ctx, [self.messages, self.stop, self.barrier])
+        try:
+            for i in range(count):
+                proc = handover.process(target, args_for(i), name=f"tensorcom-serve-{i}")
+                proc.start()
+                self.procs.append(proc)
+        finally:
+            handover.release()  # the names of the queue's, event's and barrier's semaphores leave /dev/shm
 
     def totals(self) -> tuple[int, int]:
         return sum(b for b, _ in self.counts.values()), sum(s for _, s in self.counts.values())

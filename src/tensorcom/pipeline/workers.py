@@ -45,6 +45,7 @@ from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import _pipes as procpipe
 from tensorcom.pipeline._failure import Failure, died
 from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
+from tensorcom.pipeline._semaphores import Handover
 from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.stages import RngKey, call, sample_key
 
@@ -101,11 +102,12 @@ class _Workers:
         """Spawn the workers; each writes its results to a pipe of its own (see tensorcom.pipeline._pipes)."""
         ctx = multiprocessing.get_context("spawn")
         self.inq, self.stop, self.current = ctx.Queue(), ctx.Event(), ctx.RawValue("q", 0)
+        handover = Handover(ctx, [self.inq, self.stop])
         self.workers, readers = [], []
         try:
             for i in range(count):
                 args = lambda writer, i=i: (fn, self.inq, writer, self.stop, self.current, i, os.getpid())  # noqa: E731
-                proc, reader = procpipe.spawn_with_pipe(ctx, process_main, args, f"tensorcom-map-{i}")
+                proc, reader = procpipe.spawn_with_pipe(ctx, process_main, args, f"tensorcom-map-{i}", handover)
                 self.workers.append(proc)
                 readers.append(reader)
         except BaseException:  # a later start failed: the ones started must not run on
@@ -114,6 +116,8 @@ class _Workers:
             for reader in readers:
                 reader.close()
             raise
+        finally:
+            handover.release()  # the queue's and the event's names leave /dev/shm
         self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self.check_alive)
 
     def put(self, generation: int, position: int, sample: Any, rng_key: RngKey | None) -> None:
