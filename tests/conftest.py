@@ -204,6 +204,13 @@ def s3_server():
 
 SHM = "/dev/shm"
 SHM_PATTERNS = ("tensorcom-*", "sem.mp-*")  # our segments; multiprocessing's named semaphores
+CLONE_NEWNS, MS_REC, MS_SLAVE, MS_NOSUID, MS_NODEV = 0x20000, 1 << 14, 1 << 19, 2, 4
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shared-dev-shm", action="store_true",
+                     help="check the machine's /dev/shm before and after the session instead of giving the "
+                          "session a /dev/shm of its own (entries of other processes may then be counted)")
 
 
 def shm_entries() -> set[str]:
@@ -217,11 +224,38 @@ def shm_entries() -> set[str]:
     return {name for name in names if any(fnmatch.fnmatch(name, p) for p in SHM_PATTERNS)}
 
 
+def private_shm() -> str | None:
+    """Give this process, and every process it starts from now on, a /dev/shm of its own: a new mount
+    namespace (mounts received from the host, none sent back) with an empty tmpfs on /dev/shm. Returns
+    None when done, else why not (not Linux, no /dev/shm, not allowed: not root)."""
+    import ctypes
+
+    if not sys.platform.startswith("linux") or not os.path.isdir(SHM):
+        return "no Linux /dev/shm here"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+    if (libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0
+            or libc.mount(b"tmpfs", SHM.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0):
+        raise OSError(ctypes.get_errno(), "mounting a private /dev/shm in the session's mount namespace")
+    return None
+
+
 @pytest.fixture(scope="session", autouse=True)
-def nothing_left_in_shm():
-    """Fails the session (an error at its last teardown, so a non-zero exit status) when /dev/shm
-    holds entries matching SHM_PATTERNS that were not there before it, naming them. Another
-    session running at the same time on this host can create such entries too."""
+def nothing_left_in_shm(request):
+    """Fails the session (an error at its last teardown, so a non-zero exit status) when /dev/shm holds
+    entries matching SHM_PATTERNS at the end that were not there at the start, naming them.
+
+    Only entries made by the suite's own processes count. Named semaphores and segments do not record
+    who made them, so the session makes that true by construction: before the first test, the pytest
+    process moves into a mount namespace of its own with an empty tmpfs on /dev/shm (private_shm). Every
+    process the suite starts (subprocesses, spawned workers, their resource trackers, processes in the
+    fault harness's network namespaces) inherits it; no process outside the session sees it, so another
+    session's entries can neither appear in it nor be counted, and what the suite leaves dies with its
+    last process instead of filling the machine's /dev/shm. Where that is not allowed (not root) or with
+    --shared-dev-shm, the machine's /dev/shm is compared instead, and the message says that other
+    processes on the host may have made what is named."""
+    why = "--shared-dev-shm" if request.config.getoption("--shared-dev-shm") else private_shm()
     before = shm_entries()
     yield
     import gc
@@ -229,4 +263,5 @@ def nothing_left_in_shm():
     gc.collect()  # primitives of this process unlink their names when collected
     left = sorted(shm_entries() - before)
     if left:
-        pytest.fail(f"the tests left {len(left)} entries in {SHM}: {', '.join(left)}", pytrace=False)
+        where = f"the session's own {SHM}" if why is None else f"{SHM} (shared with this host's other processes: {why})"
+        pytest.fail(f"the tests left {len(left)} entries in {where}: {', '.join(left)}", pytrace=False)
