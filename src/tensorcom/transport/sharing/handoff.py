@@ -14,6 +14,12 @@ and a random token; a consumer that can open the segment and read the token ther
 and from then on gets references. A consumer on another host, in another IPC namespace or without
 permission to open the segment says no (or nothing) and keeps getting the frames.
 
+Segments outlive nobody. The server holds a shared `flock` on each segment's descriptor for as long
+as it keeps the segment; the kernel drops it when the server ends, however it ends. The resource
+tracker unlinks the segments of a server that was killed alone; when the tracker was killed too (a
+SIGKILL of the whole process group), the next server or consumer on the host to take part in the
+handoff removes them (`sweep`: a `tensorcom-*` segment older than STALE_AFTER that nobody locks).
+
 Segment layout: 64 header bytes (`MAGIC`, then the generation as little-endian u64), the frames
 after. The server writes generation 0, the frames, then the batch's generation; a reader checks the
 generation before and after its copy, so a segment reused too early is a DecodeError, never a torn
@@ -27,6 +33,7 @@ import mmap
 import os
 import secrets
 import struct
+import time
 import warnings
 import weakref
 from multiprocessing import shared_memory
@@ -39,6 +46,10 @@ try:  # CPython's POSIX shared memory (what multiprocessing.shared_memory uses)
     import _posixshmem
 except ImportError:  # pragma: no cover - not POSIX: no handoff, consumers get frames
     _posixshmem = None
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 MAGIC = b"TCSHM\x00\x01\x00"
 HEADER = 64  # bytes before the first frame
@@ -47,6 +58,8 @@ GRANULE = 1 << 16  # segment sizes are rounded up to this, so segments are reuse
 MAX_OPEN = 64  # segments a reader keeps mapped
 MAX_FREE = 16  # free segments the server keeps for reuse
 TOKEN_BYTES = 16
+SHM_DIR = "/dev/shm"  # where POSIX shared memory segments are listed (Linux)
+STALE_AFTER = 2.0  # seconds: a younger unlocked segment may be one its creator has not locked yet
 
 
 def create_segment(name: str, size: int) -> shared_memory.SharedMemory:
@@ -55,12 +68,56 @@ def create_segment(name: str, size: int) -> shared_memory.SharedMemory:
     segment = shared_memory.SharedMemory(name, create=True, size=size)
     try:
         fd = getattr(segment, "_fd", -1)
+        if fd >= 0 and fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # held while this process keeps the segment (see `sweep`)
         if fd >= 0 and hasattr(os, "posix_fallocate"):
             os.posix_fallocate(fd, 0, size)
     except BaseException:
         _discard(segment)
         raise
     return segment
+
+
+def sweep(directory: str = SHM_DIR, min_age: float | None = None) -> list[str]:
+    """Unlink the segments in `directory` named `tensorcom-*` that no live process holds: servers
+    killed together with their resource tracker left them. A segment younger than `min_age` seconds
+    (default STALE_AFTER) is left alone (its creator may not have locked it yet), and so is one this
+    process may not open or unlink. Returns the names removed (none where segments are not listed in
+    `directory`)."""
+    min_age = STALE_AFTER if min_age is None else min_age
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("tensorcom-"))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if _orphaned(path, min_age):
+            try:
+                os.unlink(path)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def _orphaned(path: str, min_age: float) -> bool:
+    """Whether the segment at `path` is at least `min_age` seconds old and nobody holds its lock."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if time.time() - os.fstat(fd).st_ctime < min_age:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while its server lives
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 class Mapping:
@@ -104,6 +161,7 @@ class Arena:
     consumer accepted it. Used by the sharing server's thread only."""
 
     def __init__(self, server_id: str):
+        sweep()  # what servers killed with their resource tracker left behind
         self.prefix = f"tensorcom-{server_id}-"
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self.peers: set = set()  # consumers that read references
@@ -227,7 +285,10 @@ class Reader:
             found = bytes(probe.buf[: len(MAGIC) + len(token)])
         finally:
             probe.close()
-        return name[: -len("probe")] if found == MAGIC + token else None
+        if found != MAGIC + token:
+            return None
+        sweep()  # a consumer of the handoff cleans up after killed servers too
+        return name[: -len("probe")]
 
     def read(self, ref: Any, prefix: str) -> list[memoryview]:
         """The frames `ref` names, copied into memory of this process; DecodeError when the reference
