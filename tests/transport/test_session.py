@@ -1,0 +1,420 @@
+"""Sessions of the plain schemes without sockets: the sender's SendLog (what is kept, confirmed,
+provably lost and resent, given up) and the receiver's Arrivals (duplicates, the floor, what to
+confirm), then both joined by a simulated network whose connections drop and come back."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import pytest
+
+from tensorcom.transport.session import MAX_SENDS, Arrivals, SendLog
+
+
+def log_with(*keys, receivers=(), connections=1, **limits) -> SendLog:
+    """A SendLog that transmitted one message per key (tx 0, 1, ...) with `receivers` attached."""
+    log = SendLog(**limits)
+    log.connections = connections
+    for receiver in receivers:
+        log.attach(receiver)
+    for key in keys:
+        log.transmit(key, [b"frame"], 10)
+    return log
+
+
+def batches(n: int) -> list[tuple]:
+    return [("batch", seq) for seq in range(n)]
+
+
+# ---- SendLog: keeping and confirming ---------------------------------------------------------------
+
+
+def test_transmit_numbers_transmissions_and_keeps_each_message_until_confirmed():
+    log = SendLog()
+    assert [log.transmit(key, [b"x"], 5) for key in batches(3)] == [0, 1, 2]
+    assert log.outstanding() == 3 and log.nbytes == 15 and log.tx == 3
+    log.confirm("r", [0, 2], 2)
+    assert list(log.entries) == [("batch", 1)] and log.nbytes == 5
+    assert log.receivers == {"r": 2}  # confirming attaches
+
+
+def test_confirm_ignores_unknown_and_repeated_transmissions_and_keeps_the_highest_seen():
+    log = log_with(*batches(2), receivers=["r"])
+    log.confirm("r", [1], 1)
+    log.confirm("r", [1, 99], 0)  # a repeated ack, a tx never sent, an older high
+    assert list(log.entries) == [("batch", 0)] and log.nbytes == 10
+    assert log.receivers["r"] == 1
+
+
+def test_outstanding_counts_by_kind():
+    log = log_with(*batches(2), ("marker", 2))
+    assert (log.outstanding(), log.outstanding("batch"), log.outstanding("marker")) == (3, 2, 1)
+
+
+def test_full_by_messages_or_bytes_and_room_after_a_confirmation():
+    log = log_with(*batches(2), max_messages=2)
+    assert log.full
+    log.confirm("r", [0], 0)
+    assert not log.full
+    by_bytes = log_with(*batches(3), max_bytes=30)
+    assert by_bytes.full and not log_with(*batches(2), max_bytes=30).full
+
+
+def test_drop_oldest_stops_keeping_the_first_sent_and_counts_it():
+    log = log_with(*batches(3))
+    log.drop_oldest()
+    assert list(log.entries) == [("batch", 1), ("batch", 2)] and log.abandoned == 1 and log.nbytes == 20
+    log.confirm("r", [0], 2)  # a late confirmation of what was dropped changes nothing
+    assert log.outstanding() == 2 and log.abandoned == 1
+
+
+def test_floor_is_the_lowest_unconfirmed_batch_or_the_next_seq():
+    log = log_with(("batch", 5), ("batch", 6), ("marker", 7))
+    assert log.floor(7) == 5
+    log.confirm("r", [0], 0)
+    assert log.floor(7) == 6
+    log.confirm("r", [1], 1)
+    assert log.floor(7) == 7  # a marker does not hold the floor back
+    assert SendLog().floor(12) == 12
+
+
+# ---- SendLog: the resend rule ----------------------------------------------------------------------
+
+
+def test_a_transmission_is_lost_once_its_receiver_saw_a_later_one_and_did_not_confirm_it():
+    log = log_with(*batches(3), receivers=["r"])
+    log.confirm("r", [], 0)
+    assert log.lost() == []  # tx 1 and 2 may still be on their way
+    log.confirm("r", [2], 2)  # tx 2 came, not tx 0 and 1: the connection they were on dropped
+    assert [entry.key for entry in log.lost()] == [("batch", 0), ("batch", 1)]
+    log.confirm("r", [1], 2)
+    assert [entry.key for entry in log.lost()] == [("batch", 0)]
+
+
+def test_nothing_is_provable_before_a_receiver_attached():
+    log = log_with(*batches(2))
+    assert not log.vouched and log.lost() == []
+
+
+def test_a_receiver_attached_after_a_message_was_sent_proves_it_lost():
+    log = log_with(("batch", 0))  # sent while no receiver had said hello
+    log.transmit(("batch", 1), [b"x"], 10)
+    log.confirm("late", [1], 1)  # the only connection's receiver never took tx 0
+    assert [entry.key for entry in log.lost()] == [("batch", 0)]
+
+
+def test_a_lost_message_resent_then_lost_again_is_resent_again():
+    log = log_with(("batch", 0), ("batch", 1), receivers=["r"])
+    log.confirm("r", [1], 1)
+    (entry,) = log.lost()
+    assert log.transmit(entry.key, [b"again"], 10) == 2 and log.resent == 1
+    assert log.lost() == []  # tx 2 is on its way
+    log.transmit(("batch", 2), [b"x"], 10)
+    log.confirm("r", [3], 3)  # tx 2 was lost too
+    (again,) = log.lost()
+    assert again.key == ("batch", 0) and again.sends == 2 and again.frames == [b"again"]
+
+
+def test_a_suspect_goes_alone():
+    log = log_with(*batches(3), receivers=["r"])
+    log.confirm("r", [2], 2)
+    for entry in log.lost():  # batches 0 and 1: first losses, resent together (tx 3, 4)
+        log.transmit(entry.key, entry.frames, entry.nbytes)
+    log.transmit(("batch", 3), [b"x"], 10)
+    log.confirm("r", [5], 5)  # both resends lost: each is now suspect
+    assert [(entry.key, entry.sends) for entry in log.lost()] == [(("batch", 0), 2)]
+    log.transmit(("batch", 0), [b"x"], 10)
+    log.confirm("r", [6], 6)
+    assert [(entry.key, entry.sends) for entry in log.lost()] == [(("batch", 1), 2)]
+
+
+def lose(log: SendLog, key: tuple, times: int) -> None:
+    """Transmit `key` `times` times in all, each transmission lost (the receiver confirms a later tick)."""
+    for attempt in range(times):
+        if attempt:
+            (entry,) = log.lost()
+            log.transmit(entry.key, entry.frames, entry.nbytes)
+        log.confirm("r", [], log.tx)
+        log.tx += 1
+
+
+def test_a_message_lost_max_sends_times_is_given_up_and_counted_refused():
+    log = log_with(("batch", 0), receivers=["r"])
+    log.tx = 1
+    lose(log, ("batch", 0), MAX_SENDS)
+    assert log.entries[("batch", 0)].sends == MAX_SENDS
+    assert log.lost() == []
+    assert log.outstanding() == 0 and log.refused == 1 and log.abandoned == 1 and log.nbytes == 0
+    assert log.by_tx == {}
+
+
+def test_a_marker_given_up_is_not_a_refused_batch():
+    log = log_with(("marker", 0), receivers=["r"])
+    log.tx = 1
+    lose(log, ("marker", 0), MAX_SENDS)
+    assert log.lost() == [] and log.outstanding() == 0 and log.refused == 0 and log.abandoned == 1
+
+
+def test_a_message_lost_fewer_than_max_sends_times_is_still_resent():
+    log = log_with(("batch", 0), receivers=["r"])
+    log.tx = 1
+    lose(log, ("batch", 0), MAX_SENDS - 1)
+    (entry,) = log.lost()
+    assert entry.sends == MAX_SENDS - 1 and log.refused == 0
+
+
+def test_two_receivers_round_robin_prove_nothing_until_both_saw_later():
+    log = log_with(*batches(4), receivers=["a", "b"], connections=2)  # tx 0, 2 -> a; tx 1, 3 -> b
+    log.confirm("a", [0], 0)  # a's connection dropped with tx 2 on it
+    log.confirm("b", [1, 3], 3)
+    assert log.lost() == []  # a has seen nothing after tx 2: it may still come
+    log.transmit(("batch", 4), [b"x"], 10)
+    log.confirm("a", [4], 4)  # a reconnected and took tx 4
+    assert [entry.key for entry in log.lost()] == [("batch", 2)]
+
+
+def test_a_receiver_that_detaches_unblocks_the_proof():
+    log = log_with(*batches(4), receivers=["a", "b"], connections=2)
+    log.confirm("a", [0], 0)
+    log.confirm("b", [1, 3], 3)
+    assert log.lost() == []
+    log.detach("a")  # a said bye (or stayed away past the liveness window): its connection is gone
+    assert log.lost() == []  # ... but until the monitor says so, a connection may have no receiver
+    log.connections = 1
+    assert [entry.key for entry in log.lost()] == [("batch", 2)]
+
+
+def test_a_non_confirming_peer_makes_nothing_provable():
+    log = log_with(*batches(3), receivers=["v2"], connections=2)  # one data connection is a 0.1 receiver's
+    log.confirm("v2", [1], 2)
+    assert not log.vouched and log.lost() == []
+    log.connections = 1
+    assert log.vouched and [entry.key for entry in log.lost()] == [("batch", 0)]
+
+
+# ---- Arrivals --------------------------------------------------------------------------------------
+
+
+def test_arrivals_drop_a_batch_taken_before_and_confirm_every_transmission():
+    arrivals = Arrivals()
+    assert arrivals.arrive(0, 0, 0) and arrivals.arrive(1, 0, 1)
+    assert not arrivals.arrive(0, 0, 5)  # a resend of batch 0
+    assert arrivals.duplicates == 1
+    assert arrivals.take() == ([0, 1, 5], 5)
+
+
+def test_arrivals_forget_below_the_floor_and_refuse_what_is_below_it():
+    arrivals = Arrivals()
+    for seq in range(4):
+        arrivals.arrive(seq, 0, seq)
+    arrivals.arrive(4, 3, 4)
+    assert arrivals.floor == 3 and arrivals.seen == {3, 4}
+    assert not arrivals.arrive(1, 3, 5)  # below the floor: every receiver's copy was confirmed
+    assert arrivals.arrive(5, 2, 6) and arrivals.floor == 3  # an older floor (reordered) never lowers it
+    assert arrivals.duplicates == 1
+
+
+def test_arrivals_take_markers_and_ticks_every_time():
+    arrivals = Arrivals()
+    assert arrivals.arrive(None, 0, 0) and arrivals.arrive(None, 0, 1)
+    assert arrivals.seen == set() and arrivals.duplicates == 0
+    assert arrivals.take() == ([0, 1], 1)
+
+
+def test_take_clears_what_is_pending_and_keeps_the_highest_seen():
+    arrivals = Arrivals()
+    arrivals.arrive(0, 0, 7)
+    arrivals.arrive(1, 0, 3)  # transmissions of different connections arrive out of order
+    assert arrivals.take() == ([7, 3], 7)
+    assert arrivals.take() == ([], 7)
+    assert arrivals.high == 7
+
+
+# ---- a simulated network ---------------------------------------------------------------------------
+
+
+@dataclass
+class Wire:
+    """One receiver's data connection (FIFO) and its acknowledgements on their way back."""
+
+    data: deque = field(default_factory=deque)
+    acks: deque = field(default_factory=deque)
+    up: bool = True
+
+
+class Network:
+    """A sender (SendLog, round-robin over the connections that are up, ticks when stalled) and
+    `receivers` Arrivals, each taking a message in 60% of the steps (`rng`); `step()` moves everything one message; `drop(i)` loses what is in flight on
+    receiver i's connection (and its acks when `lose_acks`); `reconnect(i)` brings it back."""
+
+    def __init__(self, receivers: int, total: int, rng: random.Random, *, lose_acks: bool = False,
+                 max_messages: int = 32):
+        self.log = SendLog(max_messages=max_messages)
+        self.log.connections = receivers
+        self.wires = [Wire() for _ in range(receivers)]
+        self.arrivals = [Arrivals() for _ in range(receivers)]
+        self.total, self.lose_acks, self.rng = total, lose_acks, rng
+        self.next_seq, self.turn = 0, 0
+        self.taken: Counter = Counter()  # batch seq -> times a receiver handed it out
+        self.markers = 0
+
+    def _route(self, key: tuple | None, frames: list) -> None:
+        """Send one message on the next connection that is up (a tick, key None: on every one)."""
+        up = [i for i, wire in enumerate(self.wires) if wire.up]
+        floor = self.log.floor(self.next_seq)
+        if key is None:
+            tx, self.log.tx = self.log.tx, self.log.tx + 1
+            for i in up:
+                self.wires[i].data.append(("tick", None, floor, tx))
+            return
+        tx = self.log.transmit(key, frames, 1)
+        self.turn = (self.turn + 1) % len(up)
+        self.wires[up[self.turn]].data.append((key[0], key[1] if key[0] == "batch" else None, floor, tx))
+
+    def _sender(self) -> None:
+        for i, wire in enumerate(self.wires):
+            while wire.up and wire.acks:
+                self.log.confirm(f"r{i}", *wire.acks.popleft())
+        if not any(wire.up for wire in self.wires):
+            return
+        lost = self.log.lost()
+        for entry in lost:
+            self._route(entry.key, entry.frames)
+        if lost:
+            return
+        if self.next_seq <= self.total and not self.log.full:
+            key = ("batch", self.next_seq) if self.next_seq < self.total else ("marker", self.total)
+            self._route(key, [self.next_seq])
+            self.next_seq += 1
+        elif self.log.entries and self.log.vouched:  # stalled: a tick shows what was lost
+            self._route(None, [])
+
+    def _receiver(self, i: int) -> None:
+        wire, arrivals = self.wires[i], self.arrivals[i]
+        if wire.up and wire.data and self.rng.random() < 0.6:  # slower than the sender: messages in flight
+            kind, seq, floor, tx = wire.data.popleft()
+            if arrivals.arrive(seq, floor, tx) and seq is not None:
+                self.taken[seq] += 1
+            self.markers += kind == "marker"
+        if arrivals.pending and (len(arrivals.pending) >= 3 or not wire.data):
+            txs, high = arrivals.take()
+            if wire.up:
+                wire.acks.append((txs, high))
+            else:  # the link is down: confirm them with the next ack
+                arrivals.pending[:0] = txs
+
+    def step(self) -> None:
+        self._sender()
+        for i in range(len(self.wires)):
+            self._receiver(i)
+
+    def drop(self, i: int) -> None:
+        wire = self.wires[i]
+        wire.data.clear()
+        if self.lose_acks:
+            wire.acks.clear()
+        wire.up = False
+        self.log.connections -= 1
+
+    def reconnect(self, i: int) -> None:
+        self.wires[i].up = True
+        self.log.connections += 1
+
+    @property
+    def done(self) -> bool:
+        return self.next_seq > self.total and not self.log.entries
+
+
+def run(network: Network, *, p_drop: float, p_back: float, steps: int = 20000) -> int:
+    """Step `network` with random drops and reconnects until it is done; the number of drops."""
+    drops, rng = 0, network.rng
+    for _ in range(steps):
+        if network.done:
+            break
+        attached = len(network.log.receivers) == len(network.wires)  # see test_..._before_its_first_ack
+        for i, wire in enumerate(network.wires):
+            if wire.up and attached and rng.random() < p_drop:
+                network.drop(i)
+                drops += 1
+            elif not wire.up and rng.random() < p_back:
+                network.reconnect(i)
+        network.step()
+    for i, wire in enumerate(network.wires):  # heal, then let it finish
+        if not wire.up:
+            network.reconnect(i)
+    for _ in range(steps):
+        if network.done:
+            break
+        network.step()
+    return drops
+
+
+@pytest.mark.parametrize("receivers", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 5])
+def test_every_batch_arrives_exactly_once_through_drops_and_reconnects(receivers, seed):
+    network = Network(receivers, 300, random.Random(seed))
+    drops = run(network, p_drop=0.005, p_back=0.2)
+    assert drops >= 2 and network.log.resent > 0  # the faults happened and lost something
+    assert network.done, f"{network.log.outstanding()} never confirmed"
+    assert network.taken == Counter(range(300)), "some batch lost or taken twice"
+    assert network.markers == 1
+    assert network.log.refused == network.log.abandoned == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_one_receiver_drops_the_resends_of_what_it_took_when_its_acks_are_lost(seed):
+    network = Network(1, 300, random.Random(seed), lose_acks=True)
+    run(network, p_drop=0.005, p_back=0.2)
+    assert network.done and network.taken == Counter(range(300))
+    assert network.arrivals[0].duplicates > 0  # resends of what came: dropped, not handed out
+    assert network.log.refused == network.log.abandoned == 0
+
+
+def test_without_drops_nothing_is_resent_and_the_log_ends_empty():
+    network = Network(2, 100, random.Random(0))
+    run(network, p_drop=0.0, p_back=0.0)
+    assert network.done and network.taken == Counter(range(100)) and network.log.resent == 0
+    assert sum(arrivals.duplicates for arrivals in network.arrivals) == 0
+
+
+# ---- known gaps (src bugs reported to the lead) ----------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="SendLog proves a transmission lost by the receivers attached "
+                   "now; one sent to a receiver that had not confirmed yet (not attached) and whose "
+                   "connection then dropped is 'lost' once the others saw later: resent to another "
+                   "receiver, taken twice. Fix: when `connections` goes down, mark every kept entry "
+                   "sent while the log was not vouched unprovable; lost() never returns one (it "
+                   "abandons it, counted in close()'s report, once every receiver saw later)")
+def test_a_receiver_that_took_a_message_before_its_first_ack_does_not_get_it_resent_elsewhere():
+    log = log_with(("batch", 0), receivers=["b"], connections=2)  # tx 0 -> b
+    log.transmit(("batch", 1), [b"x"], 10)  # tx 1 -> a, which takes it; its first ack is not out yet
+    log.connections = 1  # a's data connection drops
+    log.transmit(("batch", 2), [b"x"], 10)  # tx 2 -> b
+    log.confirm("b", [0, 2], 2)
+    assert [entry.key for entry in log.lost()] == []  # a may have taken batch 1: not provably lost
+
+
+@pytest.mark.xfail(strict=True, reason="an ack lost with its link (a link that drops loses what its "
+                   "ROUTER had queued) is never repeated: the receiver's next ack reports a higher tx, "
+                   "the sender proves the message lost and may resend it to another receiver, which "
+                   "takes it (Arrivals dedups per receiver only). Fix: cumulative acks - Arrivals "
+                   "keeps seq -> tx for the batches it took at or above the floor and take() repeats "
+                   "them until the floor passes them")
+def test_two_receivers_take_no_batch_twice_when_acks_are_lost():
+    network = Network(2, 300, random.Random(1), lose_acks=True)
+    run(network, p_drop=0.005, p_back=0.2)
+    assert network.taken == Counter(range(300))
+
+
+@pytest.mark.xfail(strict=True, reason="every message behind a dropped connection's first loss counts "
+                   "a loss, and suspects are resent one per round trip, so a link that drops three or "
+                   "four times while a window is being recovered gives batches up as 'refused' (and "
+                   "close() blames max_message_size) though no receiver refused anything. Fix: count "
+                   "a send against an entry only when it is the oldest entry lost in that proof")
+def test_batches_lost_only_behind_other_losses_are_never_given_up():
+    network = Network(1, 300, random.Random(4))
+    run(network, p_drop=0.01, p_back=0.2)
+    assert network.log.refused == 0 and network.taken == Counter(range(300))
