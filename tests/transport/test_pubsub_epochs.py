@@ -95,14 +95,12 @@ def test_the_stand_in_takes_the_group_of_the_senders_markers():
     assert passes == [[]] and rest == [(2, 2)]  # the pass ends; a's epoch-2 batch opens the next
 
 
-def test_abandon_forgets_the_lost_through_their_epoch_and_ends_the_pass():
+def test_abandon_ends_the_pass_and_a_returning_sender_continues_its_epoch():
     book = EpochBook(1)
     feed(book, [batch("a", 0, 0), batch("b", 0, 0), marker("b", 1, 0), batch("b", 1, 1)])
     book.abandon(["a"])
     assert book.waiting_on() == [] and book.abandoned == 1 and book.markers == {}
-    assert book.admit(batch("a", 1, 0)) is Verdict.DROP  # the rest of the epoch it was lost in
-    _, rest = feed(book, [batch("a", 5, 1)])  # a later epoch: a sender like any other
-    assert rest == [(1, 1), (1, 5)] and book.waiting_on() == ["a", "b"]
+    assert book.admit(batch("a", 1, 0)) is Verdict.DELIVER  # the rest of its epoch: nothing discarded
 
 
 def publish(url, ready, size, epochs, per_epoch):

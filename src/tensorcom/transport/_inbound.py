@@ -10,8 +10,8 @@ Links: the first message of a sender that names a `reply` (wire.Reply) makes thi
 link socket, one ROUTER for all senders (its routing id is this receiver's name; each sender's link is
 addressed by its token), to the sender's acknowledgement socket. Over it go `ack` messages: the
 transmissions taken since the last ack and the highest seen (`tensorcom.transport.session`), sent
-every ACK_EVERY messages or ACK_DELAY seconds, with every marker, and whenever a receive is about to
-wait; ZeroMQ reconnects the link as it
+every ACK_EVERY messages or ACK_DELAY seconds, with every marker, when nothing more is readable, and
+whenever a receive is about to wait; ZeroMQ reconnects the link as it
 reconnects data connections. ZMTP heartbeats on the link, and its socket monitor, say whether each
 sender is reachable (`liveness.PeerWatch`); the data socket itself needs no monitor.
 
@@ -23,6 +23,7 @@ the caller's thread.
 
 from __future__ import annotations
 
+import collections
 import time
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -40,6 +41,9 @@ from tensorcom.transport.session import Arrivals
 POLL = 0.1  # seconds between liveness checks while a receive waits
 ACK_EVERY = 8  # messages taken before an ack goes out even if the receive does not wait
 ACK_DELAY = 0.02  # seconds after which a message taken is confirmed with the next one
+HOLD_MARKER = 2.0  # seconds a marker waits for the batches before it that were lost and are being resent
+_POLLIN = int(zmq.POLLIN)
+GAP_LIMIT = 4096  # a marker further than this past its sender's floor is not checked seq by seq
 LINK_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
                | zmq.EVENT_MONITOR_STOPPED)
 
@@ -62,6 +66,8 @@ class _Sender:
         self.name, self.token, self.address = sender, token, address
         self.rid = token.encode()
         self.arrivals = Arrivals()
+        self.held: list = []  # a marker that lacks earlier batches, and what came after it
+        self.hold_until = 0.0
 
 
 class Inbound:
@@ -79,14 +85,18 @@ class Inbound:
         self.link: zmq.Socket | None = None
         self.monitor: zmq.Socket | None = None
         self.unacked = 0  # messages taken since the last ack
+        self.ready: collections.deque = collections.deque()  # held messages released, in order
         self.flushed = 0.0  # when acks last went out
         self.duplicates = 0
 
     # ---- messages ---------------------------------------------------------------------------
 
-    def receive(self, hint: str = "") -> list:
-        """The frames of the next message (zmq.Frame, not copied): waits in steps, confirming what was
-        taken and applying the liveness rules; RecvTimeout after the socket's RCVTIMEO, PeerLost."""
+    def receive(self, hint: str = "") -> list | None:
+        """The frames of the next message (zmq.Frame, not copied), or None when a held message was
+        released instead (next_ready() has it): waits in steps, confirming what was taken and
+        applying the liveness rules; RecvTimeout after the socket's RCVTIMEO, PeerLost."""
+        if self.ready:
+            return None
         try:
             return self.sock.recv_multipart(copy=False, flags=zmq.NOBLOCK)
         except zmq.Again:
@@ -119,9 +129,53 @@ class Inbound:
         fresh = session.arrivals.arrive(seq, reply.floor, reply.tx)
         self.duplicates += not fresh
         self.unacked += 1
-        if self.unacked >= ACK_EVERY or seq is None or now - self.flushed >= ACK_DELAY:
-            self.flush()  # a marker at once: its sender may wait for it before it goes on
-        return fresh
+        if (self.unacked >= ACK_EVERY or seq is None or now - self.flushed >= ACK_DELAY
+                or not zmq.zmq_poll([(self.sock, _POLLIN)], 0)):
+            self.flush()  # caught up, or a marker: the caller may not come back for a while
+        return fresh and not self._hold(session, message, now)
+
+    # ---- markers that overtook lost batches ---------------------------------------------------
+
+    def _hold(self, session: _Sender, message: Any, now: float) -> bool:
+        """True when `message` waits: a marker whose epoch lacks batches this receiver may still get
+        (resent after a dropped connection), or anything of its sender behind such a marker. A
+        resent batch of the held epoch passes; the hold ends when the gap is filled or the sender's
+        floor passes it (later transmissions tell), at the latest after HOLD_MARKER s."""
+        if session.held:
+            if message.kind == "batch" and message.epoch <= session.held[0].epoch:
+                self._release(session, now)
+                return False
+            session.held.append(message)
+        elif message.kind == "end_of_epoch" and self._lacks(session, message):
+            session.held, session.hold_until = [message], now + HOLD_MARKER
+        else:
+            return False
+        self._release(session, now)
+        return True
+
+    @staticmethod
+    def _lacks(session: _Sender, marker: Any) -> bool:
+        """Some batch before `marker` (seq below its seq) is neither taken here nor confirmed."""
+        arrivals = session.arrivals
+        if arrivals.floor >= marker.seq:
+            return False
+        if marker.seq - arrivals.floor > GAP_LIMIT:
+            return True
+        return any(seq not in arrivals.seen for seq in range(arrivals.floor, marker.seq))
+
+    def _release(self, session: _Sender, now: float) -> None:
+        if session.held and (now >= session.hold_until or not self._lacks(session, session.held[0])):
+            self.ready.extend(session.held)
+            session.held = []
+
+    def _release_due(self) -> None:
+        now = time.monotonic()
+        for session in self.senders.values():
+            self._release(session, now)
+
+    def next_ready(self) -> Any:
+        """A held message released (its turn has come), or None."""
+        return self.ready.popleft() if self.ready else None
 
     def flush(self) -> None:
         """Send each sender the confirmations it is owed (kept for later if its link is down)."""
@@ -160,6 +214,7 @@ class Inbound:
     def _open_link(self) -> None:
         link = self.context.socket(zmq.ROUTER)
         link.linger = 0
+        link.sndhwm = link.rcvhwm = 0  # acks are small and few; a full queue and a heartbeat abort libzmq
         link.setsockopt(zmq.ROUTING_ID, self.name.encode())
         link.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sockets.link_heartbeats(link, self.liveness if self.liveness is not None else 10.0)
@@ -175,16 +230,21 @@ class Inbound:
         now = time.monotonic()
         for event, _, address in sockets.monitor_events(self.monitor):
             session = self.by_address.get(address)
-            if session is None or self.watch is None:
+            if session is None:
+                continue
+            if self.watch is None:
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._send(session, "ack")
                 continue
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.watch.linked(session.name, True, now)
+                self._send(session, "ack")  # (re)attach at once: the sender may wait for word of us
             elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
                 self.watch.linked(session.name, False, now)
 
     # ---- waiting ----------------------------------------------------------------------------
 
-    def _wait(self, hint: str) -> list:
+    def _wait(self, hint: str) -> list | None:
         """Poll until a message is readable; check liveness between steps."""
         millis = self.sock.getsockopt(zmq.RCVTIMEO)
         start = time.monotonic()
@@ -198,6 +258,9 @@ class Inbound:
                     pass
             self._link_events()
             self.flush()
+            self._release_due()
+            if self.ready:
+                return None
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise RecvTimeout(f"nothing received within {millis / 1000:g} s{hint}", self.url)

@@ -16,7 +16,8 @@ the socket then only tells receivers that the sender is reachable.
 
 What close promises: with receivers that confirm (every tensorcom receiver), it returns once they
 confirmed every message, resending what a dropped connection lost, waiting at most `linger` seconds
-(None: while some receiver is attached or may come back within the liveness window), and raises
+(None: while some receiver is attached or a data connection is open: a partitioned receiver
+comes back), and raises
 Undelivered otherwise, naming the receivers and exactly how many batches were not confirmed. With
 only receivers that do not confirm (tensorcom 0.1: none confirmed anything within the liveness
 window), it lets ZeroMQ write out its queue within `linger` and cannot say more.
@@ -40,7 +41,9 @@ from tensorcom.transport.session import SendLog
 
 POLL = 0.1  # seconds between looks at the acknowledgements while waiting
 TICK_AFTER = 0.5  # seconds without a transmission before unconfirmed ones are probed with a tick
-UNVOUCHED_KEEP = 64  # messages kept while some data connection has no confirming receiver
+ACK_WAIT = 0.05  # seconds before a tick tells receivers a floor that rose since the last transmission
+REJOIN_GRACE = 2.0  # seconds close() waits for a receiver to reconnect once none is attached or connected
+UNVOUCHED_KEEP = 64  # messages kept while no receiver ever confirmed anything (tensorcom 0.1 peers)
 DATA_EVENTS = sockets.MONITORED
 LINK_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED
 
@@ -113,6 +116,7 @@ class Outbound:
         self.sock, self.send_frames, self.name, self.keeps = sock, send_frames, name, keeps
         self.next_seq = next_seq  # the seq the sender's next batch gets (a tick carries it)
         self.last_sent = self.last_tick = 0.0
+        self.floor_sent = 0  # the floor the last transmission told receivers
         self.liveness = 10.0 if liveness is None else liveness
         self.context, self.secure = context, secure
         self.token = secrets.token_hex(8)
@@ -144,6 +148,7 @@ class Outbound:
     def _open_link(self) -> None:
         link = self.context.socket(zmq.ROUTER)
         link.linger = 0
+        link.sndhwm = link.rcvhwm = 0  # acks are small and few; a full queue and a heartbeat abort libzmq
         link.setsockopt(zmq.ROUTING_ID, self.token.encode())
         link.setsockopt(zmq.ROUTER_HANDOVER, 1)
         sockets.link_heartbeats(link, self.liveness)
@@ -165,7 +170,8 @@ class Outbound:
                 self.log.drop_oldest()
                 continue
             self._wait_step(deadline, "room for more batches")
-        return wire.Reply(tuple(self.addresses), self.token, self.log.floor(seq), self.log.tx)
+        self.floor_sent = self.log.floor(seq)
+        return wire.Reply(tuple(self.addresses), self.token, self.floor_sent, self.log.tx)
 
     def sent(self, key: tuple, frames: list, nbytes: int) -> None:
         """Record a message sent with the last reply() (its `key`: ("batch", seq) or ("marker", ...))."""
@@ -176,8 +182,8 @@ class Outbound:
             return
         self.log.transmit(key, frames, nbytes)
         self.last_sent = time.monotonic()
-        if not self.log.vouched and len(self.log.entries) > UNVOUCHED_KEEP and self.log.connections:
-            self.log.drop_oldest()
+        if not self.ever_attached and len(self.log.entries) > UNVOUCHED_KEEP and self.log.connections:
+            self.log.drop_oldest()  # receivers that never confirm (tensorcom 0.1): keep only a few
 
     def peers(self) -> int:
         """Data connections open now."""
@@ -222,7 +228,7 @@ class Outbound:
             del self.receivers[receiver]
 
     def _resend(self, entry: Any) -> None:
-        reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.log.tx), self.log.tx)
+        reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.next_seq()), self.log.tx)
         frames = wire.with_reply(entry.frames, reply)
         if self.send_frames(frames):  # else the queue is full: the next pump tries again
             self.log.transmit(entry.key, frames, entry.nbytes)
@@ -231,12 +237,17 @@ class Outbound:
     def _tick_if_stalled(self, now: float) -> None:
         """Send a tick when transmissions stay unconfirmed and nothing was sent for TICK_AFTER s: if
         they were lost on a dropped connection, no later one would show it."""
-        if not self.keeps or not self.log.vouched or not self.log.entries:
+        if not self.keeps or not self.log.vouched:
             return
-        if now - self.last_sent < TICK_AFTER or now - self.last_tick < TICK_AFTER:
+        floor_news = self.log.floor(self.next_seq()) > self.floor_sent  # receivers may hold a marker for it
+        if not self.log.entries and not floor_news:
+            return
+        wait = TICK_AFTER if not floor_news else ACK_WAIT
+        if now - self.last_sent < wait or now - self.last_tick < wait:
             return
         self.last_tick = now
         reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.next_seq()), self.log.tx)
+        self.floor_sent = reply.floor
         tick = wire.encode_tick(seq=self.next_seq(), epoch=0, sender=self.name, reply=reply)
         for _ in range(max(self.log.connections, 1)):  # round-robin: one per connection
             self.send_frames(tick)  # a full queue has a later transmission in it already
@@ -295,11 +306,16 @@ class Outbound:
         if not self.keeps:
             return False
         first_word = time.monotonic() + self.liveness
+        alone_since = None  # since when no receiver is attached and no data connection open
         while self.log.entries:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return False
-            if (not self.receivers and self.ever_attached) or (not self.ever_attached and now >= first_word):
+            alone = not self.receivers and not self.log.connections
+            alone_since = (alone_since or now) if alone else None
+            if self.ever_attached and alone and now - alone_since >= min(REJOIN_GRACE, self.liveness):
+                return False  # they left (detached after the liveness window) and did not reconnect
+            if not self.ever_attached and now >= first_word:
                 return False
             self.link.poll(int(POLL * 1000), zmq.POLLIN)
             self.pump()

@@ -75,9 +75,15 @@ class ReceivingSide:
         """The next message: a wire.Message, or the frames themselves when `raw`. With liveness,
         waiting raises PeerLost when the pass's senders are gone (tensorcom.transport.liveness);
         a batch taken before (a sender's resend) is skipped and counted in stats.duplicates, a tick
-        (tensorcom.transport.session) is confirmed and skipped."""
+        (tensorcom.transport.session) is confirmed and skipped; a marker that overtook lost batches
+        waits for their resends (`_inbound`), and so does what its sender sent after it."""
         while True:
+            released = None if self._inlet is None else self._inlet.next_ready()
+            if released is not None:
+                return released
             message = self._take_message()
+            if message is None:  # a held marker (and what followed it) was released
+                continue
             fresh = self.raw or self._inlet is None or self._inlet.arrived(message)
             if fresh and (self.raw or message.kind != "tick"):
                 return message
@@ -90,6 +96,8 @@ class ReceivingSide:
             frames = sock.recv_multipart(copy=False) if self._inlet is None else self._inlet.receive(self._timeout_hint)
         except zmq.ZMQError as exc:
             raise sockets.translate(exc, self.url, self.timeout, "receive", self._timeout_hint)
+        if frames is None:
+            return None
         buffers = [frame.buffer for frame in frames]
         if self.endpoints[0].topic:
             buffers = buffers[1:]

@@ -281,21 +281,24 @@ def link_heartbeats(sock: zmq.Socket, liveness: float) -> None:
     sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 2 * ivl))
     sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(int(liveness * 1000), 100), 6553500) // 100 * 100)
+    sock.setsockopt(zmq.CONNECT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 100))  # a SYN lost in a
+    # partition is retried at once, not after the kernel's backoff: a healed link comes back quickly
 
 
 def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> None:
     """Liveness options of a plain-scheme socket, set before bind/connect (why these and not others:
     tensorcom.transport.liveness).
 
-    Sending sockets: a ZMTP PING every HEARTBEAT_IVL s, whatever `liveness` (receivers judge quiet
-    connections by it), with a TTL of `liveness`, and no heartbeat timeout of their own (a slow
-    receiver's answers wait behind the data it has not read): `set_heartbeats`; ZMQ_IMMEDIATE, so
-    messages queue only for connected peers (it acts on connects).
-    Receiving sockets: no heartbeats of their own (libzmq 4.3 drops a slow reader's connection on a
-    heartbeat timeout, and can abort when its peer goes away while its queue is full); TCP keepalive
-    after `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
+    Sending sockets: a ZMTP PING every HEARTBEAT_IVL s (it keeps idle connections open through
+    middleboxes), with no TTL and no timeout: libzmq 4.3 aborts (`!_io_error`, stream_engine_base.cpp)
+    when a heartbeat timeout or a peer's TTL resets a connection whose reader's queue is full, as a
+    paused or slow receiver's is; whether a peer is reachable is the session link's business
+    (`link_heartbeats`). ZMQ_IMMEDIATE, so messages queue only for connected peers (it acts on
+    connects).
+    Receiving sockets: no heartbeats of their own, for the same reason; TCP keepalive after
+    `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
     if sends:
-        set_heartbeats(sock, liveness, interval=HEARTBEAT_IVL, timeout=False)
+        set_heartbeats(sock, None, interval=HEARTBEAT_IVL)
         sock.setsockopt(zmq.IMMEDIATE, 1)
     elif liveness is not None:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)

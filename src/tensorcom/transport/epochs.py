@@ -7,7 +7,7 @@ Feed an `EpochBook` every decoded protocol-2 message in arrival order:
     book.delivered(message)           # a batch handed to the caller: its sender is now mid-pass
     ended = book.marker(message)      # an end-of-epoch marker; True when it ends the pass
     message = book.release()          # after a pass ended: the held messages, oldest first, then None
-    book.abandon(senders)             # the pass ends because these senders are gone (PeerLost)
+    book.abandon(senders)             # the pass ends because these senders are unreachable (PeerLost)
 
 The rules (docs/transport.md, "The end of an epoch"):
 - A marker names its sender's `group` and `group_size` (a sender without a group is a group of its
@@ -31,9 +31,9 @@ The rules (docs/transport.md, "The end of an epoch"):
 - A restarted sender is a new sender (a new id). A message whose `share` (stream, worker) was sent so
   far by another id replaces that sender: the old one is retired (its markers, its place in the pass
   and its held messages are forgotten) and whatever still arrives from it is dropped (DROP).
-- A sender that is gone (`abandon`, after PeerLost) is forgotten the same way, through the epoch it
-  was in: its later messages of that epoch or earlier are dropped, a later epoch finds it new. The
-  pass ends there: the markers of the senders that had ended it are consumed, held messages released.
+- When senders are unreachable (`abandon`, after PeerLost) the pass ends there: the markers of the
+  senders that had ended it are consumed, held messages released. Nothing of theirs is forgotten: a
+  sender that comes back continues its epoch in the next pass.
 - Protocol-1 messages (no sender) are always delivered and never end a pass.
 
 `waiting_on()` names the senders a pass waits for (for timeout and peer-lost messages).
@@ -62,7 +62,7 @@ class Verdict(enum.Enum):
     DELIVER = "deliver"  # process it now
     LATE = "late"  # process it now although it belongs to the next pass (held limits reached)
     HOLD = "hold"  # kept by the book for the next pass; see release()
-    DROP = "drop"  # from a retired or forgotten sender, or a duplicate marker: discard
+    DROP = "drop"  # from a retired sender, or a duplicate marker: discard
     LOST_MARKER = "lost marker"  # process book.stand_in (a marker) instead; the message comes back from release()
 
 
@@ -82,7 +82,6 @@ class EpochBook:
         self.active: set[str] = set()  # senders that delivered batches in this pass, not ended yet
         self.slots: dict[tuple[str, int], str] = {}  # (stream, worker) -> the sender sending it now
         self.retired: set[str] = set()  # senders replaced by a restarted one
-        self.forgotten: dict[str, int] = {}  # sender -> the epoch through which it is dropped (gone)
         self.position: dict[str, int] = {}  # sender -> the epoch its next message belongs to
         self.midway: set[str] = set()  # senders with a batch of that epoch seen (not at its start)
         self.groups: dict[str, tuple[str | None, int]] = {}  # sender -> (group, group_size) of its markers
@@ -100,7 +99,7 @@ class EpochBook:
         sender = message.sender
         if sender is None:
             return Verdict.DELIVER
-        if sender in self.retired or self._forgotten(message):
+        if sender in self.retired:
             return Verdict.DROP
         self._claim_slot(message)
         verdict = self._check_epoch(message)
@@ -149,11 +148,9 @@ class EpochBook:
         return sorted(self.active)
 
     def abandon(self, senders: Iterable[str]) -> None:
-        """End the current pass because `senders` are gone: forget each through the epoch it was in,
-        consume one marker of every sender that had ended the pass, release the held messages."""
-        for sender in senders:
-            self.forgotten[sender] = self.position.get(sender, 0)
-            self._purge(sender)
+        """End the current pass because `senders` are unreachable (PeerLost): consume one marker of
+        every sender that had ended the pass, release the held messages. The senders keep their
+        place: one that comes back continues its epoch in the next pass (nothing is discarded)."""
         self._end_pass(set(self.ended))
         self.active.clear()
         self.abandoned += 1
@@ -200,17 +197,6 @@ class EpochBook:
         self.position[sender] = epoch
         self.backlog.appendleft(message)
         return Verdict.LOST_MARKER
-
-    def _forgotten(self, message: Any) -> bool:
-        """True for a message of a forgotten sender from the epoch it was lost in or before; a later
-        epoch makes it a sender like any other again."""
-        through = self.forgotten.get(message.sender)
-        if through is None:
-            return False
-        if message.epoch is not None and message.epoch <= through:
-            return True
-        del self.forgotten[message.sender]
-        return False
 
     def _claim_slot(self, message: Any) -> None:
         """Make the message's sender the one sending its share; retire the sender it replaces."""
