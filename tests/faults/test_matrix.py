@@ -38,23 +38,12 @@ SPLIT_TWICE = "a consumer stopped past liveness gets batches again that the othe
 PULL_STARVED = "a consumer stopped past liveness never gets the rest of the stream"
 STOPPED_SENDER = "PeerLost while the server is stopped, then the rest of its epoch is discarded"
 KNOWN: dict[tuple[str, str], str] = {  # (fault, scheme) -> what fails on a0164ed (issue 16); remove when fixed
-    ("reset", "push"): RESET_LOST + "; the sender's later batches never arrive and the server blocks",
-    ("reset", "pub"): RESET_LOST,
-    ("partition-long", "push"): EPOCH_DISCARDED,
-    ("partition-long", "pub"): EPOCH_DISCARDED,
-    ("stop-server", "push"): STOPPED_SENDER,
     ("stop-consumer", "split"): SPLIT_TWICE,
     ("partition-30s", "share"): NOT_RESUMED,
     ("partition-30s", "split"): NOT_RESUMED,
-    ("partition-30s", "push"): EPOCH_DISCARDED,
-    ("partition-30s", "pub"): EPOCH_DISCARDED,
-    ("stop-server-30s", "push"): STOPPED_SENDER,
     ("stop-consumer-30s", "split"): SPLIT_TWICE,
 }
 SOMETIMES: dict[tuple[str, str], str] = {  # cells that fail in some runs only: xfail, not strict
-    ("partition-long", "split"): "duplicated ids in the union in about 1 run of 4",
-    ("stop-consumer", "push"): PULL_STARVED + " in about 3 runs of 4",
-    ("stop-consumer-30s", "push"): PULL_STARVED + " (as its short twin, in most runs)",
 }
 
 

@@ -33,14 +33,12 @@ def test_among_several_tcp_addresses_the_one_on_the_data_host_is_chosen():
     assert pick_address(addresses, "zrpull://other:5000") == "tcp://10.0.0.1:4000"
 
 
-@pytest.mark.xfail(strict=True, reason=STAR_REASON)
 def test_a_wildcard_address_becomes_the_host_the_receiver_reached():
     assert pick_address(("tcp://*:4000",), "zsub://10.1.2.3:5000") == "tcp://10.1.2.3:4000"
 
 
 @pytest.mark.net
 @pytest.mark.timeout(30)
-@pytest.mark.xfail(strict=True, reason=STAR_REASON)
 @pytest.mark.parametrize("schemes", [("zpub", "zsub"), ("zrpush", "zrpull")])
 def test_a_sender_bound_on_every_interface_feeds_its_receiver(free_port, schemes):
     port = free_port()

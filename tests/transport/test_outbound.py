@@ -44,11 +44,6 @@ def test_a_resent_marker_carries_a_floor_no_higher_than_the_next_batch(outbound)
 
 @pytest.mark.net
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason="Outbound.finish (at 14b779c) closes a PUB with "
-                   "linger 0 once a receiver ever acked (flush = not confirmed and not ever_attached; a "
-                   "PUB keeps nothing, so confirmed is False): what ZeroMQ still queues, the last batches "
-                   "and the marker, is discarded. Fix: flush = not self.keeps or (not confirmed and not "
-                   "self.ever_attached)")
 def test_closing_a_publisher_right_after_serve_delivers_the_end_of_its_epoch(free_port):
     from tensorcom import Connection
 

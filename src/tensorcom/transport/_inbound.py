@@ -50,13 +50,18 @@ LINK_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVEN
 
 def pick_address(addresses: tuple, data_url: str) -> str | None:
     """The sender's acknowledgement address this receiver should use: the one of the same transport
-    as its data endpoint (for tcp, one on the same host when there are several), else None."""
+    as its data endpoint (for tcp, one on the same host when there are several; `*`, a sender bound
+    on every interface, becomes the host this receiver reached it at), else None."""
     transport = "ipc" if "+ipc://" in data_url else "tcp" if "+inproc://" not in data_url else "inproc"
     same = [a for a in addresses if a.startswith(transport + "://")]
-    if transport == "tcp" and len(same) > 1:
-        host = data_url.split("://", 1)[1].rsplit(":", 1)[0]
+    if transport != "tcp" or not same:
+        return same[0] if same else None
+    host = data_url.split("://", 1)[1].rsplit(":", 1)[0]
+    if len(same) > 1:
         same = [a for a in same if a[6:].rsplit(":", 1)[0] == host] or same
-    return same[0] if same else None
+    if same[0].startswith("tcp://*:"):  # bound on every interface: the host this receiver reached
+        return f"tcp://{host}:{same[0].rsplit(':', 1)[1]}"
+    return same[0]
 
 
 class _Sender:
@@ -181,7 +186,7 @@ class Inbound:
         """Send each sender the confirmations it is owed (kept for later if its link is down)."""
         self.unacked, self.flushed = 0, time.monotonic()
         for session in self.senders.values():
-            if session.arrivals.pending:
+            if session.arrivals.owed:
                 self._send(session, "ack")
 
     def _send(self, session: _Sender, kind: str) -> None:
@@ -191,7 +196,7 @@ class Inbound:
         try:
             self.link.send_multipart([session.rid, body], flags=zmq.NOBLOCK)
         except zmq.ZMQError:  # not connected now: confirm them with the next ack
-            session.arrivals.pending[:0] = txs
+            session.arrivals.keep(txs)
 
     # ---- links ------------------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class Outbound:
         self.next_seq = next_seq  # the seq the sender's next batch gets (a tick carries it)
         self.last_sent = self.last_tick = 0.0
         self.floor_sent = 0  # the floor the last transmission told receivers
+        self.probe_soon = False  # a suspect was resent alone: a tick right behind it proves it
         self.liveness = 10.0 if liveness is None else liveness
         self.context, self.secure = context, secure
         self.token = secrets.token_hex(8)
@@ -233,6 +234,7 @@ class Outbound:
         if self.send_frames(frames):  # else the queue is full: the next pump tries again
             self.log.transmit(entry.key, frames, entry.nbytes)
             self.last_sent = time.monotonic()
+            self.probe_soon = entry.sends > 1
 
     def _tick_if_stalled(self, now: float) -> None:
         """Send a tick when transmissions stay unconfirmed and nothing was sent for TICK_AFTER s: if
@@ -242,10 +244,10 @@ class Outbound:
         floor_news = self.log.floor(self.next_seq()) > self.floor_sent  # receivers may hold a marker for it
         if not self.log.entries and not floor_news:
             return
-        wait = TICK_AFTER if not floor_news else ACK_WAIT
+        wait = ACK_WAIT if floor_news or self.probe_soon else TICK_AFTER
         if now - self.last_sent < wait or now - self.last_tick < wait:
             return
-        self.last_tick = now
+        self.last_tick, self.probe_soon = now, False
         reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.next_seq()), self.log.tx)
         self.floor_sent = reply.floor
         tick = wire.encode_tick(seq=self.next_seq(), epoch=0, sender=self.name, reply=reply)
@@ -292,7 +294,7 @@ class Outbound:
                 return Delivery()
             confirmed = self._await_confirmations(deadline)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            flush = not confirmed and not self.ever_attached  # only for peers that never confirm (0.1)
+            flush = not self.keeps or (not confirmed and not self.ever_attached)  # PUB, or 0.1 peers
             self.sock.close(linger=0 if not flush else -1 if remaining is None else int(remaining * 1000))
             return Delivery() if (confirmed and not self.log.refused) or not self.ever_attached else self._delivery()
         finally:

@@ -273,16 +273,19 @@ def set_heartbeats(sock: zmq.Socket, liveness: float | None, *, interval: float 
 
 
 def link_heartbeats(sock: zmq.Socket, liveness: float) -> None:
-    """ZMTP heartbeats on a session link (`_inbound`, `_outbound`), set before bind/connect: a PING
-    every min(HEARTBEAT_IVL, liveness/5) s, a connection dropped when its peer answered nothing for
-    min(2, liveness/2) s (a link carries little, so nothing queued delays the answers), a TTL of
-    `liveness`. A dropped link is reconnected; only `liveness` seconds unreachable make a peer gone."""
+    """Liveness options of a session link (`_inbound`, `_outbound`), set before bind/connect. A ZMTP
+    PING every min(HEARTBEAT_IVL, liveness/5) s keeps the link busy, and the kernel aborts a
+    connection whose data stays unacknowledged for min(2, liveness/2) s (TCP_MAXRT, i.e.
+    TCP_USER_TIMEOUT): a vanished host or a partition drops the link within that, and ZeroMQ
+    retries a connect every CONNECT_TIMEOUT as long. No ZMTP heartbeat timeout and no TTL: libzmq
+    4.3 aborts (`!_io_error`) when such a timer fires in a process resumed after SIGSTOP; a paused
+    peer's kernel still acknowledges, so a pause is no departure. A dropped link is reconnected;
+    only `liveness` seconds unreachable make a peer gone."""
     ivl = max(int(min(HEARTBEAT_IVL, liveness / 5) * 1000), 10)
     sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 2 * ivl))
-    sock.setsockopt(zmq.HEARTBEAT_TTL, min(max(int(liveness * 1000), 100), 6553500) // 100 * 100)
-    sock.setsockopt(zmq.CONNECT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 100))  # a SYN lost in a
-    # partition is retried at once, not after the kernel's backoff: a healed link comes back quickly
+    patience = max(int(min(2.0, liveness / 2) * 1000), 100)
+    sock.setsockopt(zmq.TCP_MAXRT, patience)
+    sock.setsockopt(zmq.CONNECT_TIMEOUT, patience)  # a SYN lost in a partition is retried, not backed off
 
 
 def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> None:

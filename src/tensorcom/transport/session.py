@@ -22,14 +22,15 @@ transmission later than t and not t never will: t was on a connection that dropp
 lost when every attached receiver has seen a later transmission than its last one and none
 confirmed it, and every data connection has an attached receiver (a peer that does not acknowledge,
 a tensorcom 0.1 receiver, makes nothing provable: nothing is resent, and nothing is kept past the
-log's limits). A message lost MAX_SENDS times is given up (counted in `refused`): its receivers
-refuse it (a frame over their max_message_size makes ZeroMQ drop the connection it came on, and
-what follows it on that connection); so a message lost twice is resent alone. Markers
+log's limits). A message that was the oldest one proven lost MAX_SENDS - 1 times is given up
+(counted in `refused`): its receivers refuse it (a frame over their max_message_size makes ZeroMQ drop
+the connection it came on, and what follows it on that connection); so such a suspect is resent
+alone, and only the oldest loss of a proof counts against a message. Markers
 are entries too; a batch resent after its epoch's marker reaches the receiver in its next pass.
 
     arrivals = Arrivals()                     # receiver side, one per sender
     fresh = arrivals.arrive(seq, floor, tx)   # False: a duplicate (a resend of what came), drop it
-    txs, high = arrivals.take()               # what to confirm now
+    txs, high = arrivals.take()               # what to confirm now (taken batches again until the floor passes)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 
 MAX_MESSAGES = 1024  # messages a sender keeps for resending before it waits for confirmations
 MAX_BYTES = 256 << 20
-MAX_SENDS = 4  # transmissions of one message before it is given up (a frame its receivers refuse)
+MAX_SENDS = 6  # lost transmissions of one message, each the oldest lost, before it is given up
 
 
 @dataclasses.dataclass
@@ -52,6 +53,7 @@ class Entry:
     nbytes: int
     tx: int
     sends: int = 1
+    losses: int = 0  # times it was the oldest message proven lost
 
 
 class SendLog:
@@ -113,13 +115,13 @@ class SendLog:
             return []
         seen = min(self.receivers.values())
         lost = [entry for entry in self.entries.values() if entry.tx < seen]
-        for entry in lost:
-            if entry.sends >= MAX_SENDS:  # every receiver refuses it (a frame over its max_message_size)
-                self._drop(entry.key)
-                self.refused += entry.key[0] == "batch"
-        lost = [entry for entry in lost if entry.sends < MAX_SENDS]
-        return lost[:1] if lost and lost[0].sends > 1 else lost  # a suspect goes alone: what follows
-        # it on a connection it makes ZeroMQ drop is lost with it
+        while lost and lost[0].losses + 1 >= MAX_SENDS:  # its receivers refuse it (a frame over their
+            self._drop(lost[0].key)  # max_message_size makes ZeroMQ drop the connection it came on)
+            self.refused += lost[0].key[0] == "batch"
+            lost.pop(0)
+        if lost:
+            lost[0].losses += 1  # only the oldest loss counts: the others may have been behind it
+        return lost[:1] if lost and lost[0].losses > 1 else lost  # a suspect goes alone
 
     @property
     def full(self) -> bool:
@@ -151,27 +153,43 @@ class Arrivals:
 
     def __init__(self):
         self.floor = 0
-        self.seen: set[int] = set()  # batch seqs >= floor taken
-        self.pending: list[int] = []  # transmissions not yet confirmed
+        self.seen: dict[int, int] = {}  # batch seq >= floor taken -> the transmission it came in
+        self.pending: list[int] = []  # transmissions of markers and ticks not yet confirmed
+        self.fresh = False  # something was taken since the last take()
         self.high = -1
         self.duplicates = 0
 
     def arrive(self, seq: int | None, floor: int, tx: int) -> bool:
-        """Record a transmission (`seq` None for a marker); False when it is a batch already taken."""
-        self.pending.append(tx)
-        self.high = max(self.high, tx)
+        """Record a transmission (`seq` None for a marker or tick); False when it is a batch already
+        taken (its new transmission is confirmed too)."""
+        self.high, self.fresh = max(self.high, tx), True
         if floor > self.floor:
             self.floor = floor
-            self.seen = {s for s in self.seen if s >= floor}
+            self.seen = {s: t for s, t in self.seen.items() if s >= floor}
         if seq is None:
+            self.pending.append(tx)
             return True
         if seq < self.floor or seq in self.seen:
             self.duplicates += 1
+            self.pending.append(tx)
             return False
-        self.seen.add(seq)
+        self.seen[seq] = tx
         return True
 
     def take(self) -> tuple[list[int], int]:
-        """(transmissions to confirm, highest seen); clears the pending list."""
-        txs, self.pending = self.pending, []
+        """(transmissions to confirm, highest seen). Batches are confirmed again in every take until
+        the sender's floor passes them (an ack lost with its link is repeated: cumulative acks);
+        markers and ticks once."""
+        txs, self.pending, self.fresh = [*self.seen.values(), *self.pending], [], False
         return txs, self.high
+
+    @property
+    def owed(self) -> bool:
+        """Something was taken since the last take(): an ack is due."""
+        return self.fresh or bool(self.pending)
+
+    def keep(self, txs: list[int]) -> None:
+        """`txs` (from take()) could not be sent: owe them again (batches are repeated anyway)."""
+        batches = set(self.seen.values())
+        self.pending[:0] = [tx for tx in txs if tx not in batches]
+        self.fresh = True
