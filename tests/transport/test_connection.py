@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from tensorcom import tenbin
-from tensorcom.errors import (DecodeError, EncodeError, MessageTooLarge, PeerLost, RecvTimeout, TransportError,
+from tensorcom.errors import (DecodeError, EncodeError, MessageTooLarge, RecvTimeout, TransportError,
                               Undelivered, URLError)
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.connection import Connection

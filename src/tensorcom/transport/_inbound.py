@@ -41,7 +41,6 @@ from tensorcom.transport.session import Arrivals
 POLL = 0.1  # seconds between liveness checks while a receive waits
 ACK_EVERY = 8  # messages taken before an ack goes out even if the receive does not wait
 ACK_DELAY = 0.02  # seconds after which a message taken is confirmed with the next one
-HOLD_MARKER = 2.0  # seconds a marker waits for the batches before it that were lost and are being resent
 _POLLIN = int(zmq.POLLIN)
 GAP_LIMIT = 4096  # a marker further than this past its sender's floor is not checked seq by seq
 LINK_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
@@ -72,7 +71,6 @@ class _Sender:
         self.rid = token.encode()
         self.arrivals = Arrivals()
         self.held: list = []  # a marker that lacks earlier batches, and what came after it
-        self.hold_until = 0.0
 
 
 class Inbound:
@@ -145,14 +143,15 @@ class Inbound:
         """True when `message` waits: a marker whose epoch lacks batches this receiver may still get
         (resent after a dropped connection), or anything of its sender behind such a marker. A
         resent batch of the held epoch passes; the hold ends when the gap is filled or the sender's
-        floor passes it (later transmissions tell), at the latest after HOLD_MARKER s."""
+        floor passes it (later transmissions and ticks tell). Meanwhile the pass waits on the sender
+        as on any sender midway through its epoch (PeerLost while it is unreachable)."""
         if session.held:
             if message.kind == "batch" and message.epoch <= session.held[0].epoch:
                 self._release(session, now)
                 return False
             session.held.append(message)
         elif message.kind == "end_of_epoch" and self._lacks(session, message):
-            session.held, session.hold_until = [message], now + HOLD_MARKER
+            session.held = [message]
         else:
             return False
         self._release(session, now)
@@ -169,7 +168,7 @@ class Inbound:
         return any(seq not in arrivals.seen for seq in range(arrivals.floor, marker.seq))
 
     def _release(self, session: _Sender, now: float) -> None:
-        if session.held and (now >= session.hold_until or not self._lacks(session, session.held[0])):
+        if session.held and not self._lacks(session, session.held[0]):
             self.ready.extend(session.held)
             session.held = []
 

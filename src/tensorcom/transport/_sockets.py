@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import os
 import secrets
-import socket
 import struct
 import sys
 import threading
@@ -297,12 +296,18 @@ def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> 
     when a heartbeat timeout or a peer's TTL resets a connection whose reader's queue is full, as a
     paused or slow receiver's is; whether a peer is reachable is the session link's business
     (`link_heartbeats`). ZMQ_IMMEDIATE, so messages queue only for connected peers (it acts on
-    connects).
+    connects). TCP_MAXRT of `liveness`: the kernel drops a connection whose data stays
+    unacknowledged that long (a partition; a paused peer's kernel still acknowledges), and a connect
+    is retried every CONNECT_TIMEOUT, so the connection is remade soon after the network heals and
+    the session resends what was lost.
     Receiving sockets: no heartbeats of their own, for the same reason; TCP keepalive after
     `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
     if sends:
         set_heartbeats(sock, None, interval=HEARTBEAT_IVL)
         sock.setsockopt(zmq.IMMEDIATE, 1)
+        if liveness is not None:  # a connection silenced past the window is dropped and remade at once
+            sock.setsockopt(zmq.TCP_MAXRT, max(int(liveness * 1000), 1000))
+            sock.setsockopt(zmq.CONNECT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 100))
     elif liveness is not None:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
         sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(int(liveness), 1))
