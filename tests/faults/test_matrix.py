@@ -38,7 +38,6 @@ SPLIT_TWICE = "a consumer stopped past liveness gets batches again that the othe
 PULL_STARVED = "a consumer stopped past liveness never gets the rest of the stream"
 STOPPED_SENDER = "PeerLost while the server is stopped, then the rest of its epoch is discarded"
 KNOWN: dict[tuple[str, str], str] = {  # (fault, scheme) -> what fails on a0164ed (issue 16); remove when fixed
-    ("stop-consumer", "split"): SPLIT_TWICE,
     ("partition-30s", "share"): NOT_RESUMED,
     ("partition-30s", "split"): NOT_RESUMED,
     ("stop-consumer-30s", "split"): SPLIT_TWICE,

@@ -37,6 +37,25 @@ def test_nothing_is_taken_before_a_welcome_nor_between_a_reconnect_and_its_answe
     assert session.accept(3) and session.last == 3
 
 
+def test_a_rejoin_after_a_pause_takes_nothing_until_its_answer_and_older_answers_wait():
+    session = joined()
+    assert session.joining() == 1 and session.answers(1) and session.answers(None)
+    assert session.accept(1) and session.accept(2)
+    session.rejoin()  # paused past the window: join again on the live connection
+    assert session.joining() == 2 and not session.answers(1)
+    assert not session.accept(3)  # queued before the pause: the server may have given it to another
+    assert session.welcome("s1", True, 6) == CONTINUED  # revived: its numbers go on past the old ones
+    assert not session.accept(3) and session.accept(7)
+
+
+def test_a_continued_welcome_never_moves_back():
+    session = joined()
+    assert session.accept(1) and session.accept(2) and session.accept(3)
+    session.connected(1.0)
+    assert session.welcome("s1", True, 1) == CONTINUED  # answered a join sent before 2 and 3 were taken
+    assert session.last == 3 and not session.accept(2) and session.accept(4)
+
+
 def test_a_new_session_restarts_the_numbers():
     session = joined()
     assert session.accept(1) and session.accept(2)

@@ -6,6 +6,9 @@ the time, and does what it answers.
     session.connected(now) -> bool        the connection is up (handshake done); True: send a join again
     session.join_fields() -> dict         what the join says of the session: {server, upto} once it has one
     session.disconnected(now)             the connection closed; the session waits for it
+    session.joining() -> int              a join is sent: its number (its welcome echoes it)
+    session.answers(j) -> bool            is a welcome answering join j the one to wait for?
+    session.rejoin()                      join again on a live connection (after a pause): wait for it
     session.welcome(server, resumed, n)   the server's welcome -> CONTINUED or NEW (a new session)
     session.accept(n) -> bool             take delivery n? (False: a duplicate, a gap, an old session's)
     session.unreachable(now, liveness)    down for the whole liveness window
@@ -16,10 +19,16 @@ a reconnect, sends again what was not acknowledged, with the same numbers. So th
 delivery `last + 1` only: a lower number is a duplicate, a higher one follows a gap that the server
 fills when it sends again (what it sent into a connection that closed). Between a reconnect and the
 server's answer (`resuming`) nothing is taken: those deliveries came through the old connection and
-are sent again if the session goes on, or belong to a session that is over.
+are sent again if the session goes on, or belong to a session that is over. The same holds after
+a pause of the consumer (`rejoin`: it joins again on a live connection): the server may have given
+the session up meanwhile (split: handed what waits in the queue to other consumers). A
+welcome that goes on with the session never moves `last` back (two joins answered in turn: the
+second one's resends are duplicates).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 CONTINUED = "continued"
 NEW = "new"
@@ -36,6 +45,7 @@ class ServerSession:
         self.down_since: float | None = None  # when it closed; None while up or never connected
         self.resuming = False  # reconnected and joined again; the server's answer has not come
         self.connects = 0
+        self.joins = 0  # joins sent (numbered: a welcome names the one it answers)
 
     def connected(self, now: float) -> bool:
         """The connection is up; True when this is a reconnect (send `join` again)."""
@@ -43,6 +53,17 @@ class ServerSession:
         self.up, self.down_since = True, None
         self.resuming = self.connects > 1
         return self.resuming
+
+    @property
+    def down(self) -> bool:
+        """The connection closed and has not come back."""
+        return not self.up and self.down_since is not None
+
+    def rejoin(self) -> None:
+        """The consumer joins again on a live connection (it may have been paused past the window):
+        nothing is taken until the server answers."""
+        if self.server is not None:
+            self.resuming = True
 
     def join_fields(self) -> dict:
         """What a join says of the session: the server it is with and the last delivery it took."""
@@ -53,12 +74,22 @@ class ServerSession:
         if self.up or self.down_since is None:
             self.up, self.down_since = False, now
 
+    def joining(self) -> int:
+        """A join is sent: its number (the server's welcome says which join it answers)."""
+        self.joins += 1
+        return self.joins
+
+    def answers(self, j: int | None) -> bool:
+        """Whether a welcome answering join `j` is the answer to wait for (None: a server that does
+        not say: taken); an older join's answer is followed by the later join's."""
+        return j is None or j == self.joins
+
     def welcome(self, server: str, resumed: bool, n: int) -> str:
         """The server's welcome: CONTINUED when it goes on with this session (it has deliveries up to
         `n`: everything later comes again), NEW otherwise (a restarted server, a server that gave
         the session up, or the first welcome)."""
         continued = resumed and server == self.server
-        self.server, self.last, self.resuming = server, n if continued else 0, False
+        self.server, self.last, self.resuming = server, max(self.last, n) if continued else 0, False
         return CONTINUED if continued else NEW
 
     def accept(self, n: int | None) -> bool:
@@ -84,3 +115,10 @@ class ServerSession:
         """PeerLost was raised for this session: the next verdict waits another liveness window."""
         if not self.up:
             self.down_since = now
+
+
+def check_liveness(liveness: Any) -> None:
+    """ValueError for a liveness that is neither None nor a positive number of seconds."""
+    if liveness is not None and (isinstance(liveness, bool) or not isinstance(liveness, (int, float))
+                                 or liveness <= 0):
+        raise ValueError(f"liveness must be a positive number of seconds or None, got {liveness!r}")

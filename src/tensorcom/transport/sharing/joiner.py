@@ -44,12 +44,14 @@ from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
 from tensorcom.transport._sockets import open_monitor, set_heartbeats, translated
 from tensorcom.transport.rebatch import Rebatcher
 from tensorcom.transport.sharing import control
-from tensorcom.transport.sharing._session import CONTINUED, ServerSession
+from tensorcom.transport.sharing._session import CONTINUED, ServerSession, check_liveness
 from tensorcom.transport.sharing.books import check_positive
 from tensorcom.transport.sharing.handoff import Reader, wants_handoff
 
 PASS_END = object()
 POLL_MS = 100
+PAUSE_LIMIT = 5.0  # seconds without running the joiner after which it joins its servers again (at most liveness/2)
+RECONNECT_MS = 1000  # a connect attempt lost in a partition is given up and retried after this
 _EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
@@ -90,6 +92,7 @@ class Joiner:
                  max_message_size: int | None = None, observe: bool = False, secure: Any = None,
                  shm: bool | None = None):
         self.name, self.credit, self.observe = name, check_positive("credit", credit), observe
+        check_liveness(liveness)
         self.session_id = secrets.token_hex(8)  # this consumer's routing id at every server
         self.liveness, self.timeout, self.max_message_size = liveness, timeout, max_message_size
         self.max_plain_values = settings.max_plain_values()  # read once, not per batch
@@ -101,6 +104,7 @@ class Joiner:
         self._template: Any = None  # the last received message, for rebatched ones' metadata
         self._shm_choice = shm  # None: ask servers on this host (loopback, ipc) unless $TENSORCOM_SHM says no
         self._reader = Reader()
+        self._beat = time.monotonic()  # when this thread last ran the joiner (a pause shows as a gap)
         try:
             for endpoint in endpoints:
                 self._open(endpoint, context, secure)
@@ -116,6 +120,8 @@ class Joiner:
         sock.sndhwm = sock.rcvhwm = 0  # the server's credit bounds what is queued
         sock.setsockopt(zmq.ROUTING_ID, self.session_id.encode())  # a reconnect is the same peer
         set_heartbeats(sock, self.liveness)
+        if self.liveness is not None:
+            sock.setsockopt(zmq.CONNECT_TIMEOUT, RECONNECT_MS)  # back within a second of a healed partition
         if secure is not None:
             secure(sock)
         monitor = open_monitor(sock, _EVENTS)
@@ -130,7 +136,7 @@ class Joiner:
     def _join(self, link: _Link) -> None:
         offer = {"shm": True} if link.shm_wanted else {}
         link.send("join", name=self.name, credit=self.credit, observe=self.observe, session=self.session_id,
-                  **link.session.join_fields(), **offer)
+                  j=link.session.joining(), **link.session.join_fields(), **offer)
 
     @property
     def joined_at(self) -> dict[str, tuple[int, int] | None]:
@@ -160,7 +166,12 @@ class Joiner:
         for link in self.links:
             self._poller.register(link.sock, 0 if link.ended else zmq.POLLIN)  # 0: unregistered
         wait = POLL_MS if deadline is None else max(0, min(POLL_MS, int((deadline - time.monotonic()) * 1000)))
+        before = time.monotonic()
         ready = dict(self._poller.poll(wait))
+        after = time.monotonic()
+        if self._paused(before) or after - before > wait / 1000 + self._pause_limit():
+            self._rejoin()
+        self._beat = after
         result = None
         for link in self.links:
             if link.monitor in ready:
@@ -179,6 +190,8 @@ class Joiner:
         """Read one message of `link`; a batch ready for the caller, or None. DecodeError naming the
         server's URL for a malformed message."""
         frames = link.sock.recv_multipart(copy=False)
+        if self._paused(time.monotonic()):  # paused since the poll: what was queued waits for the answer
+            self._rejoin()
         try:
             meta = control.decode(frames[0].buffer)
         except DecodeError as exc:
@@ -206,6 +219,8 @@ class Joiner:
     def _welcome(self, link: _Link, meta: dict) -> None:
         """A session that goes on, or a new one: one that replaces a session of this pass ends the
         pass with PeerLost (the new session belongs to the next pass)."""
+        if not link.session.answers(meta.get("j")):
+            return None  # an earlier join's answer: the latest join's follows
         previous = link.session.server
         n = _number(meta) or 0
         link.finished = None
@@ -263,6 +278,24 @@ class Joiner:
         return self.status
 
     # ---- passes and liveness ------------------------------------------------------------------
+
+    def _pause_limit(self) -> float:
+        return PAUSE_LIMIT if self.liveness is None else min(PAUSE_LIMIT, self.liveness / 2)
+
+    def _paused(self, now: float) -> bool:
+        """Whether this thread has not run the joiner for a while (the caller kept the batch long, or the
+        process was stopped): a server may have given the session up meanwhile (split: handed what
+        waits in the queue to other consumers)."""
+        return now - self._beat > self._pause_limit()
+
+    def _rejoin(self) -> None:
+        """After a pause: join every server again and take nothing from the queues before its answer
+        (what is still this consumer's comes again; what the server gave away does not)."""
+        self._beat = time.monotonic()
+        for link in self.links:
+            if link.session.server is not None and not link.session.resuming:
+                link.session.rejoin()
+                self._join(link)
 
     def _watch(self, link: _Link) -> None:
         """Apply `link`'s connection events: up (handshake done; join again after a reconnect) and down."""

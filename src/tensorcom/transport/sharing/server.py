@@ -43,6 +43,7 @@ from tensorcom.transport._sockets import open_monitor, set_heartbeats, translate
 from tensorcom.transport.epochs import EpochBook
 from tensorcom.transport.sharing import control
 from tensorcom.transport.sharing._input import StreamInput
+from tensorcom.transport.sharing._session import check_liveness
 from tensorcom.transport.sharing.books import Send, Welcome, make_book
 from tensorcom.transport.sharing.handoff import Arena
 
@@ -69,6 +70,7 @@ class ShareServer(StreamInput):
     def __init__(self, endpoints: list, mode: str, input_address: str, *, context: zmq.Context,
                  min_consumers: int = 1, replay: int = 16, policy: str = "pace", liveness: float | None = 10.0,
                  input_hwm: int = 2, secure: Any = None, shm: bool | None = None):
+        check_liveness(liveness)
         self.book = make_book(mode, min_consumers=min_consumers, replay=replay, policy=policy)
         self.max_plain_values = settings.max_plain_values()  # read once, not per input message
         self.url = ",".join(e.url for e in endpoints)
@@ -281,9 +283,10 @@ class ShareServer(StreamInput):
             joined = Welcome(self.book.mode, self.book.epoch, self.book.pos)
         else:
             joined = self._resumed(peer, meta) or self._joined(peer, meta)
+        echo = {"j": meta["j"]} if isinstance(meta.get("j"), int) else {}  # which join this answers
         offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self._has_arena() else {}
         self._send(peer, [control.encode("welcome", server=self.server_id, mode=joined.mode, epoch=joined.epoch,
-                                          pos=joined.pos, resumed=joined.resumed, n=joined.n, **offer)])
+                                          pos=joined.pos, resumed=joined.resumed, n=joined.n, **offer, **echo)])
 
     def _resumed(self, peer: bytes, meta: dict) -> Welcome | None:
         """The Welcome of a session that goes on (the consumer is known, or departed and names this
