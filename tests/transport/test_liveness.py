@@ -125,14 +125,14 @@ def heartbeat_options(set_options, kind=zmq.PUSH):
 
 
 def test_heartbeat_options_of_each_kind_of_socket():
-    """Plain senders PING every HEARTBEAT_IVL with no TTL and no timeout (either can abort libzmq
-    under a paused reader); plain receivers only keep TCP alive; session links and sharing sockets
+    """Plain senders set no ZMTP heartbeats (a timeout or TTL can abort libzmq under a paused reader,
+    and unread PONGs make a close a reset); plain receivers only keep TCP alive; session links and sharing sockets
     derive everything from the liveness (defaults: 0, -1, 0, -1)."""
     plain_sender = heartbeat_options(lambda s: sockets.stream_options(s, sends=True, liveness=2))
-    assert plain_sender == (int(sockets.HEARTBEAT_IVL * 1000), 0, 0, -1)
+    assert plain_sender == (0, -1, 0, -1)
     assert heartbeat_options(lambda s: sockets.link_heartbeats(s, 10), zmq.ROUTER)[:3] == (500, -1, 0)
     assert heartbeat_options(lambda s: sockets.link_heartbeats(s, 2), zmq.ROUTER)[:3] == (400, -1, 0)
-    assert heartbeat_options(lambda s: sockets.stream_options(s, sends=True, liveness=None))[:3] == (500, 0, 0)
+    assert heartbeat_options(lambda s: sockets.stream_options(s, sends=True, liveness=None))[:3] == (0, -1, 0)
     assert heartbeat_options(lambda s: sockets.stream_options(s, sends=False, liveness=2), zmq.PULL) == (0, -1, 0, 1)
     assert heartbeat_options(lambda s: sockets.set_heartbeats(s, 10), zmq.DEALER) == (2000, 5000, 10000, -1)
     assert heartbeat_options(lambda s: sockets.set_heartbeats(s, 0.01), zmq.DEALER)[:3] == (10, 20, 100)

@@ -42,6 +42,7 @@ from tensorcom.transport.session import SendLog
 POLL = 0.1  # seconds between looks at the acknowledgements while waiting
 TICK_AFTER = 0.5  # seconds without a transmission before unconfirmed ones are probed with a tick
 ACK_WAIT = 0.05  # seconds before a tick tells receivers a floor that rose since the last transmission
+_POLLIN = int(zmq.POLLIN)
 REJOIN_GRACE = 2.0  # seconds close() waits for a receiver to reconnect once none is attached or connected
 UNVOUCHED_KEEP = 64  # messages kept while no receiver ever confirmed anything (tensorcom 0.1 peers)
 DATA_EVENTS = sockets.MONITORED
@@ -118,6 +119,8 @@ class Outbound:
         self.last_sent = self.last_tick = 0.0
         self.floor_sent = 0  # the floor the last transmission told receivers
         self.probe_soon = False  # a suspect was resent alone: a tick right behind it proves it
+        self.connections_seen = 0  # data connections when the resend rule was last applied
+        self.unsent = False  # a resend found the queue full
         self.liveness = 10.0 if liveness is None else liveness
         self.context, self.secure = context, secure
         self.token = secrets.token_hex(8)
@@ -199,16 +202,15 @@ class Outbound:
         if self.link is None:
             return
         now = time.monotonic()
-        self._link_events(now)
-        while True:
-            try:
-                frames = self.link.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            self._take(frames, now)
+        news = self._link_events(now)
+        while zmq.zmq_poll([(self.link, _POLLIN)], 0):
+            self._take(self.link.recv_multipart(copy=False), now)
+            news = True
         self._detach_gone(now)
-        for entry in self.log.lost():
-            self._resend(entry)
+        if news or self.unsent or self.log.connections != self.connections_seen:  # else the proof
+            self.connections_seen, self.unsent = self.log.connections, False  # cannot have changed
+            for entry in self.log.lost():
+                self.unsent = not self._resend(entry) or self.unsent
         self._tick_if_stalled(now)
 
     def _take(self, frames: list, now: float) -> None:
@@ -228,13 +230,15 @@ class Outbound:
             self.log.detach(receiver)
             del self.receivers[receiver]
 
-    def _resend(self, entry: Any) -> None:
+    def _resend(self, entry: Any) -> bool:
         reply = wire.Reply(tuple(self.addresses), self.token, self.log.floor(self.next_seq()), self.log.tx)
         frames = wire.with_reply(entry.frames, reply)
-        if self.send_frames(frames):  # else the queue is full: the next pump tries again
-            self.log.transmit(entry.key, frames, entry.nbytes)
-            self.last_sent = time.monotonic()
-            self.probe_soon = entry.sends > 1
+        if not self.send_frames(frames):  # the queue is full: the next pump tries again
+            return False
+        self.log.transmit(entry.key, frames, entry.nbytes)
+        self.last_sent = time.monotonic()
+        self.probe_soon = entry.sends > 1
+        return True
 
     def _tick_if_stalled(self, now: float) -> None:
         """Send a tick when transmissions stay unconfirmed and nothing was sent for TICK_AFTER s: if
@@ -263,12 +267,15 @@ class Outbound:
                 self.open_fds.discard(fd)
         self.log.connections = len(self.open_fds)
 
-    def _link_events(self, now: float) -> None:
-        for event, fd, _ in sockets.monitor_events(self.link_monitor):
+    def _link_events(self, now: float) -> bool:
+        """Apply the link monitor's events; True when there were some."""
+        events = sockets.monitor_events(self.link_monitor)
+        for event, fd, _ in events:
             if event == zmq.EVENT_DISCONNECTED:
                 for state in self.receivers.values():
                     if state.fd == fd:
                         state.away_since = now
+        return bool(events)
 
     def _detach_gone(self, now: float) -> None:
         for receiver, state in list(self.receivers.items()):

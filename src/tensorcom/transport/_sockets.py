@@ -291,10 +291,11 @@ def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> 
     """Liveness options of a plain-scheme socket, set before bind/connect (why these and not others:
     tensorcom.transport.liveness).
 
-    Sending sockets: a ZMTP PING every HEARTBEAT_IVL s (it keeps idle connections open through
-    middleboxes), with no TTL and no timeout: libzmq 4.3 aborts (`!_io_error`, stream_engine_base.cpp)
-    when a heartbeat timeout or a peer's TTL resets a connection whose reader's queue is full, as a
-    paused or slow receiver's is; whether a peer is reachable is the session link's business
+    Sending sockets: no ZMTP heartbeats. A heartbeat timeout or a TTL makes libzmq 4.3 abort
+    (`!_io_error`, stream_engine_base.cpp) when it resets a connection whose reader's queue is full,
+    as a paused or slow receiver's is, and the PONGs that plain PINGs bring back, unread at close,
+    turn the close into a reset that can cost a receiver what it had not read yet. Whether a peer
+    is reachable is the session link's business
     (`link_heartbeats`). ZMQ_IMMEDIATE, so messages queue only for connected peers (it acts on
     connects). TCP_MAXRT of `liveness`: the kernel drops a connection whose data stays
     unacknowledged that long (a partition; a paused peer's kernel still acknowledges), and a connect
@@ -303,7 +304,6 @@ def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> 
     Receiving sockets: no heartbeats of their own, for the same reason; TCP keepalive after
     `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
     if sends:
-        set_heartbeats(sock, None, interval=HEARTBEAT_IVL)
         sock.setsockopt(zmq.IMMEDIATE, 1)
         if liveness is not None:  # a connection silenced past the window is dropped and remade at once
             sock.setsockopt(zmq.TCP_MAXRT, max(int(liveness * 1000), 1000))

@@ -144,7 +144,7 @@ class SendLog:
 
     def floor(self, next_seq: int) -> int:
         """The lowest seq of an unconfirmed batch (`next_seq` when none): receivers forget below it."""
-        return min((key[1] for key in self.entries if key[0] == "batch"), default=next_seq)
+        return next((key[1] for key in self.entries if key[0] == "batch"), next_seq)  # first sent: lowest
 
 
 class Arrivals:
