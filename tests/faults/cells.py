@@ -289,14 +289,14 @@ class Fault:
 FAULTS = {f.name: f for f in [
     Fault("reset", reset_once),
     Fault("partition-3s", partition_short),
-    Fault("partition-long", partition_long, SHORT_LIVENESS, errors=3),
+    Fault("partition-long", partition_long, SHORT_LIVENESS, errors=5),
     Fault("lossy", lossy, prepare=prepare_lossy),
     Fault("half-open", half_open, SHORT_LIVENESS),
     Fault("stop-server", stop_server, SHORT_LIVENESS, errors=3),
     Fault("stop-consumer", stop_consumer, SHORT_LIVENESS, errors=3),
     Fault("kill-server", kill_server, SHORT_LIVENESS, errors=3),
     Fault("kill-consumer", kill_consumer, SHORT_LIVENESS, errors=2),
-    Fault("partition-30s", partition_long, LIVENESS, errors=3, length=30.0, slow=True),
+    Fault("partition-30s", partition_long, LIVENESS, errors=5, length=30.0, slow=True),
     Fault("stop-server-30s", stop_server, LIVENESS, errors=3, length=30.0, slow=True),
     Fault("stop-consumer-30s", stop_consumer, LIVENESS, errors=3, length=30.0, slow=True),
 ]}

@@ -297,17 +297,16 @@ def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> 
     turn the close into a reset that can cost a receiver what it had not read yet. Whether a peer
     is reachable is the session link's business
     (`link_heartbeats`). ZMQ_IMMEDIATE, so messages queue only for connected peers (it acts on
-    connects). TCP_MAXRT of `liveness`: the kernel drops a connection whose data stays
-    unacknowledged that long (a partition; a paused peer's kernel still acknowledges), and a connect
-    is retried every CONNECT_TIMEOUT, so the connection is remade soon after the network heals and
-    the session resends what was lost.
+    connects). A connection silenced by a partition stays open on the sender (TCP retransmits; its
+    close() waits for a receiver that may come back); a connect is retried every CONNECT_TIMEOUT
+    (both sides), so a connection is remade soon after the network heals and the session resends
+    what was lost.
     Receiving sockets: no heartbeats of their own, for the same reason; TCP keepalive after
     `liveness` s of silence, so the kernel resets the connection of a host that vanished."""
+    if liveness is not None:  # a SYN lost in a partition is retried at once, not after the kernel's backoff
+        sock.setsockopt(zmq.CONNECT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 100))
     if sends:
         sock.setsockopt(zmq.IMMEDIATE, 1)
-        if liveness is not None:  # a connection silenced past the window is dropped and remade at once
-            sock.setsockopt(zmq.TCP_MAXRT, max(int(liveness * 1000), 1000))
-            sock.setsockopt(zmq.CONNECT_TIMEOUT, max(int(min(2.0, liveness / 2) * 1000), 100))
     elif liveness is not None:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
         sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(int(liveness), 1))
