@@ -53,7 +53,8 @@ class Entry:
     nbytes: int
     tx: int
     sends: int = 1
-    losses: int = 0  # times it was the oldest message proven lost
+    losses: int = 0  # transmissions of it that were the oldest message proven lost
+    counted: int = -1  # the transmission whose loss was counted last
 
 
 class SendLog:
@@ -119,8 +120,9 @@ class SendLog:
             self._drop(lost[0].key)  # max_message_size makes ZeroMQ drop the connection it came on)
             self.refused += lost[0].key[0] == "batch"
             lost.pop(0)
-        if lost:
-            lost[0].losses += 1  # only the oldest loss counts: the others may have been behind it
+        if lost and lost[0].counted != lost[0].tx:  # each transmission's loss counts once (a resend that
+            lost[0].losses, lost[0].counted = lost[0].losses + 1, lost[0].tx  # could not go yet is none)
+            # only the oldest loss counts: the others may have been behind it
         return lost[:1] if lost and lost[0].losses > 1 else lost  # a suspect goes alone
 
     @property
