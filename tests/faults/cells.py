@@ -48,8 +48,9 @@ SCHEMES = {
     "share": Scheme("share", "zshare", "zjoin"),
     "split": Scheme("split", "zsplit", "zjoin", consumers=2),
     "push": Scheme("push", "zpush", "zpull", server_binds=False),
-    # a publisher never waits: slow enough that its stream outlasts the long faults (~18 s)
-    "pub": Scheme("pub", "zpub", "zsub", lossless=False, every=0.06),
+    # a publisher never waits: slow enough that its stream outlasts the longest fault (30 s) with
+    # room to spare after healing (~48 s in all)
+    "pub": Scheme("pub", "zpub", "zsub", lossless=False, every=0.16),
 }
 
 
