@@ -42,6 +42,8 @@ KNOWN: dict[tuple[str, str], str] = {  # (fault, scheme) -> what fails on a0164e
     ("partition-30s", "split"): NOT_RESUMED,
 }
 SOMETIMES: dict[tuple[str, str], str] = {  # cells that fail in some runs only: xfail, not strict
+    ("partition-long", "split"): "duplicated ids in the union in some runs (4 of 1200: batches the partitioned "
+                                 "consumer had were re-sent to the other after the window)",
 }
 
 
