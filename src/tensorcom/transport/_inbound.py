@@ -216,16 +216,9 @@ class Inbound:
         return session
 
     def _open_link(self) -> None:
-        link = self.context.socket(zmq.ROUTER)
-        link.linger = 0
-        link.sndhwm = link.rcvhwm = 0  # acks are small and few; a full queue and a heartbeat abort libzmq
-        link.setsockopt(zmq.ROUTING_ID, self.name.encode())
-        link.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sockets.link_heartbeats(link, self.liveness if self.liveness is not None else 10.0)
-        if self.secure is not None:
-            self.secure(link)
-        self.monitor = sockets.open_monitor(link, LINK_EVENTS)
-        self.link = link
+        self.link, self.monitor = sockets.make_link(
+            self.context, self.name.encode(), self.liveness if self.liveness is not None else 10.0, LINK_EVENTS,
+            secure=self.secure, ROUTER_MANDATORY=1)
 
     def _link_events(self) -> None:
         """Apply the link monitor's events to the watch."""

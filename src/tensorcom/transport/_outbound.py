@@ -126,6 +126,7 @@ class Outbound:
         self.token = secrets.token_hex(8)
         self.log = SendLog()
         self.addresses: list[str] = []
+        self.urls: list[str] = []  # the data endpoints' URLs, for error messages
         self.receivers: dict[str, _Receiver] = {}
         self.ever_attached = False
         self.open_fds: set[int] = set()
@@ -137,6 +138,7 @@ class Outbound:
 
     def listen(self, endpoint: Any, address: str) -> None:
         """Bind the acknowledgement socket for data endpoint `endpoint` (attached at `address`)."""
+        self.urls.append(endpoint.url)
         where = ack_address(endpoint, address, self.token)
         if where is None:
             return
@@ -150,16 +152,8 @@ class Outbound:
         self.addresses.append(bound)
 
     def _open_link(self) -> None:
-        link = self.context.socket(zmq.ROUTER)
-        link.linger = 0
-        link.sndhwm = link.rcvhwm = 0  # acks are small and few; a full queue and a heartbeat abort libzmq
-        link.setsockopt(zmq.ROUTING_ID, self.token.encode())
-        link.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        sockets.link_heartbeats(link, self.liveness)
-        if self.secure is not None:
-            self.secure(link)
-        self.link_monitor = sockets.open_monitor(link, LINK_EVENTS)
-        self.link = link
+        self.link, self.link_monitor = sockets.make_link(self.context, self.token.encode(), self.liveness,
+                                                         LINK_EVENTS, secure=self.secure, ROUTER_HANDOVER=1)
 
     # ---- sending ----------------------------------------------------------------------------
 
@@ -286,7 +280,7 @@ class Outbound:
     def _wait_step(self, deadline: float | None, what: str) -> None:
         """Wait up to POLL s for an acknowledgement, then pump; TransportError past `deadline`."""
         if deadline is not None and time.monotonic() >= deadline:
-            raise TransportError(f"no {what} within the timeout (receivers not reading?)", self.addresses[0])
+            raise TransportError(f"no {what} within the timeout (receivers not reading?)", ",".join(self.urls))
         self.link.poll(int(POLL * 1000), zmq.POLLIN)
         self.pump()
 

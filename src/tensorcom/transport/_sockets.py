@@ -9,8 +9,8 @@ made here is closed. A forked child gets a fresh context.
 Liveness and delivery plumbing: `set_heartbeats` (ZMTP heartbeats, for every scheme's sockets), and
 for the plain schemes (the rules are in `tensorcom.transport.liveness` and `_delivery`)
 `stream_options` (heartbeats from senders only, TCP keepalive on receivers, ZMQ_IMMEDIATE on
-connecting senders), `open_monitor` / `connection_events` (which connections open and close, by
-file descriptor) and `monitor_events` (the same with the endpoint each concerns). Nothing here reads,
+connecting senders), `open_monitor` / `monitor_events` (which connections open and close: their
+descriptor and the endpoint each concerns), `make_link` (a session link's ROUTER). Nothing here reads,
 duplicates or closes a descriptor of ZeroMQ's: that is how libzmq's I/O thread was made to abort.
 """
 
@@ -24,7 +24,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import zmq
 
@@ -287,6 +287,24 @@ def link_heartbeats(sock: zmq.Socket, liveness: float) -> None:
     sock.setsockopt(zmq.CONNECT_TIMEOUT, patience)  # a SYN lost in a partition is retried, not backed off
 
 
+def make_link(context: zmq.Context, routing_id: bytes, liveness: float, events: int, *,
+               secure: Callable | None = None, **options: int) -> tuple[zmq.Socket, zmq.Socket]:
+    """A session link (`_inbound`, `_outbound`): a ROUTER with `routing_id`, unbounded queues (acks
+    are small and few; a full queue under a timer is how libzmq aborts), `link_heartbeats`, the
+    socket options given (e.g. ROUTER_MANDATORY=1), `secure(sock)` applied, and a monitor of
+    `events`. Returns (link, monitor); bind or connect it afterwards."""
+    link = context.socket(zmq.ROUTER)
+    link.linger = 0
+    link.sndhwm = link.rcvhwm = 0
+    link.setsockopt(zmq.ROUTING_ID, routing_id)
+    for name, value in options.items():
+        link.setsockopt(getattr(zmq, name), value)
+    link_heartbeats(link, liveness)
+    if secure is not None:
+        secure(link)
+    return link, open_monitor(link, events)
+
+
 def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> None:
     """Liveness options of a plain-scheme socket, set before bind/connect (why these and not others:
     tensorcom.transport.liveness).
@@ -312,18 +330,6 @@ def stream_options(sock: zmq.Socket, *, sends: bool, liveness: float | None) -> 
         sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(int(liveness), 1))
         sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, max(int(liveness / 4), 1))
         sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
-
-
-def connection_events(monitor: zmq.Socket, timeout: float = 0.0) -> list[tuple[int, int]]:
-    """(event, value) pairs waiting on `monitor` (the value of a connection event is the connection's
-    file descriptor), waiting up to `timeout` s for the first; [] when none."""
-    events = []  # zmq_poll, not monitor.poll (a Poller made per call): this runs for every message
-    while zmq.zmq_poll([(monitor, _POLLIN)], int(timeout * 1000) if not events else 0):
-        frames = monitor.recv_multipart()
-        events.append(struct.unpack("=hi", frames[0][:6]))
-        if events[-1][0] == _STOPPED:
-            monitor.stopped = True
-    return events
 
 
 def monitor_events(monitor: zmq.Socket) -> list[tuple[int, int, str]]:
