@@ -132,17 +132,36 @@ def test_end_of_epoch_marker():
     assert plain.group is None and plain.group_size == 1 and plain.sender == ""
 
 
-def test_share_travels_with_batches_and_markers_and_is_optional():
-    share = wire.Share("serve-1", 1, 3)
-    batch = wire.decode_message(wire.encode_batch({"x": 1}, seq=4, epoch=2, sender="s", share=share))
-    marker = wire.decode_message(wire.encode_end_of_epoch(seq=5, epoch=2, sender="s", share=share))
-    assert batch.share == marker.share == share and batch.epoch == 2
-    assert wire.decode_message(wire.encode_batch({"x": 1}, sender="s")).share is None
-    with pytest.raises(ValueError, match="share"):
-        wire.encode_batch({"x": 1}, sender="s", share=("s", 3, 3))
+def test_portion_travels_with_batches_and_markers_and_is_optional():
+    portion = wire.Portion("serve-1", 1, 3)
+    batch = wire.decode_message(wire.encode_batch({"x": 1}, seq=4, epoch=2, sender="s", portion=portion))
+    marker = wire.decode_message(wire.encode_end_of_epoch(seq=5, epoch=2, sender="s", portion=portion))
+    assert batch.portion == marker.portion == portion and batch.epoch == 2
+    assert wire.decode_message(wire.encode_batch({"x": 1}, sender="s")).portion is None
+    with pytest.raises(ValueError, match="portion"):
+        wire.encode_batch({"x": 1}, sender="s", portion=("s", 3, 3))
     meta = {"v": 2, "kind": "batch", "seq": 0, "epoch": 0, "sender": "s", "batch": [], "share": ["s", -1, 2]}
-    with pytest.raises(DecodeError, match="share"):
+    with pytest.raises(DecodeError, match="share"):  # the metadata key keeps its name
         wire.decode_message([wire.MAGIC + msgpack.packb(meta)])
+
+
+def test_the_portion_travels_under_the_share_key():
+    frames = wire.encode_batch({"x": 1}, sender="s", portion=wire.Portion("serve-1", 1, 3))
+    assert msgpack.unpackb(bytes(frames[0])[len(wire.MAGIC):])["share"] == ["serve-1", 1, 3]
+
+
+def test_share_is_the_old_name_of_portion():
+    assert wire.Share is wire.Portion
+    with pytest.warns(DeprecationWarning, match="share= is deprecated, use portion="):
+        frames = wire.encode_batch({"x": 1}, sender="s", share=("serve-1", 0, 2))
+    with pytest.warns(DeprecationWarning, match="share= is deprecated, use portion="):
+        marker = wire.encode_end_of_epoch(seq=1, epoch=0, sender="s", share=("serve-1", 0, 2))
+    for message in (wire.decode_message(frames), wire.decode_message(marker)):
+        assert message.share == message.portion == ("serve-1", 0, 2)
+    with pytest.raises(AttributeError):
+        message.share = None
+    with pytest.raises(TypeError, match="not both"):
+        wire.encode_batch({"x": 1}, sender="s", share=("s", 0, 1), portion=("s", 0, 1))
 
 
 def test_max_size_is_checked_before_decoding():

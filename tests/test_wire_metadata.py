@@ -218,10 +218,10 @@ def test_float32_integral_values_count_too():
     assert (message.seq, message.epoch) == (7, 1)
 
 
-def test_marker_and_share_integers_may_be_integral_floats():
+def test_marker_and_portion_integers_may_be_integral_floats():
     frame = metadata(("group", "g"), ("group_size", 3.0), ("share", ["s", 1.0, 2]), kind="end_of_epoch", batch=...)
     message = wire.decode_message([frame])
-    assert message.group_size == 3 and message.share == wire.Share("s", 1, 2) and type(message.share.worker) is int
+    assert message.group_size == 3 and message.portion == wire.Portion("s", 1, 2) and type(message.portion.worker) is int
 
 
 @pytest.mark.parametrize("field, value", [
@@ -245,7 +245,7 @@ def test_string_fields_are_msgpack_str(fields):
 
 @pytest.mark.parametrize("share", [["s", 2, 2], ["s", 0.5, 2], ["s", 0, 0], [b"s", 0, 1], ["s", 0],
                                    Raw(msgpack.packb(msgpack.ExtType(2, msgpack.packb(["s", 0, 1]))))])  # a tuple
-def test_bad_shares_are_refused(share):
+def test_bad_portions_are_refused(share):
     assert "share" in str(refusal([metadata(("share", share))]))
 
 

@@ -113,14 +113,14 @@ def test_encode_tick_checks_its_header():
 
 def test_with_reply_changes_only_the_reply_and_keeps_the_array_frames():
     frames = wire.encode_batch(BATCH, seq=3, epoch=2, sender="s", reply=REPLY,
-                               share=wire.Share("stream", 1, 4))
+                               portion=wire.Portion("stream", 1, 4))
     later = REPLY._replace(floor=9, tx=40)
     resent = wire.with_reply(frames, later)
     assert len(resent) == len(frames) and all(a is b for a, b in zip(resent[1:], frames[1:]))
     before, after = wire.decode_message(frames), wire.decode_message(resent)
     assert after.reply == later
-    assert (after.kind, after.seq, after.epoch, after.sender, after.share) == \
-           (before.kind, before.seq, before.epoch, before.sender, before.share)
+    assert (after.kind, after.seq, after.epoch, after.sender, after.portion) == \
+           (before.kind, before.seq, before.epoch, before.sender, before.portion)
     assert list(after.batch) == list(before.batch) and after.batch["k"] == ["a"]
     assert all(np.array_equal(after.batch[k], before.batch[k]) for k in ("x", "y"))
 

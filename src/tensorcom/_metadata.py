@@ -62,7 +62,7 @@ _MAP_WIDTHS = {0xDE: 2, 0xDF: 4}  # map 16 and map 32: width of the entry count
 
 
 class Metadata(NamedTuple):
-    """The checked fields of a metadata map (integers as ints, share as a triple or None)."""
+    """The checked fields of a metadata map (integers as ints, the portion as a triple or None)."""
 
     kind: str
     batch: Any
@@ -71,7 +71,7 @@ class Metadata(NamedTuple):
     sender: str
     group: str | None
     group_size: int
-    share: tuple[str, int, int] | None
+    portion: tuple[str, int, int] | None  # the `share` key
     reply: tuple | None = None
 
 
@@ -201,8 +201,8 @@ def _declared_entries(payload: Any) -> int | None:
     return None if width is None else int.from_bytes(payload[1:1 + width], "big")
 
 
-def _share(value: Any) -> tuple[str, int, int] | None:
-    """The `share` field as (stream, worker, workers), or None when absent/nil."""
+def _portion(value: Any) -> tuple[str, int, int] | None:
+    """The `share` field (the sender's portion) as (stream, worker, workers), or None when absent/nil."""
     if value is None:
         return None
     if type(value) is not list or len(value) != 3 or type(value[0]) is not str:
@@ -240,7 +240,7 @@ def _check(meta: Any, payload: Any) -> Metadata:
         raise _error(f"metadata sender={meta['sender']!r} / group={group!r} must be str")
     return Metadata(meta["kind"], meta.get("batch"), _integer(meta["seq"], "seq", 0),  # positional: faster
                     _integer(meta["epoch"], "epoch", 0), meta["sender"], group,
-                    _integer(meta.get("group_size", 1), "group_size", 1), _share(meta.get("share")),
+                    _integer(meta.get("group_size", 1), "group_size", 1), _portion(meta.get("share")),
                     _reply(meta.get("reply")))
 
 

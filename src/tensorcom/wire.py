@@ -20,10 +20,11 @@ import msgpack
 import numpy as np
 
 from . import settings, tenbin
+from ._options import renamed_option
 from ._metadata import EXT_ARRAY, EXT_TUPLE, KINDS, MAX_DEPTH, VERSION, read_metadata
 from .errors import DecodeError, EncodeError, MessageTooLarge
 
-__all__ = ["EXT_ARRAY", "EXT_TUPLE", "KINDS", "MAGIC", "MAX_DEPTH", "VERSION", "Message", "Reply", "Share",
+__all__ = ["EXT_ARRAY", "EXT_TUPLE", "KINDS", "MAGIC", "MAX_DEPTH", "VERSION", "Message", "Portion", "Reply", "Share",
            "buffer_to_frames", "decode_message", "encode_batch", "encode_end_of_epoch", "encode_tick", "frames_to_buffer", "peek_session",
            "with_reply"]
 
@@ -31,14 +32,17 @@ MAGIC = b"\x89TCW\r\n\x1a\n"  # first byte non-ASCII: never a v1 dtype code, nev
 _UINT64 = 1 << 64
 
 
-class Share(NamedTuple):
-    """Which share of a served stream a sender sends: worker `worker` of `workers` of `stream` (the
-    `share` metadata key; tensorcom.serve sets it, receivers use it to attribute batches and to take a
-    restarted worker for the one it replaces)."""
+class Portion(NamedTuple):
+    """Which portion of a served stream a sender sends: worker `worker` of `workers` of `stream` (the
+    `share` metadata key on the wire; tensorcom.serve sets it, receivers use it to attribute batches
+    and to take a restarted worker for the one it replaces)."""
 
     stream: str
     worker: int
     workers: int
+
+
+Share = Portion  # the old name of Portion, kept for code written against it
 
 
 class Reply(NamedTuple):
@@ -66,15 +70,20 @@ class Message:
     protocol: int  # 1 or 2
     nbytes: int  # total bytes of all frames of the message (metadata, headers, data)
     infos: tuple = field(default=())  # tenbin info labels of the arrays, in frame order
-    share: Share | None = None  # protocol 2, optional: the served share this sender sends
+    portion: Portion | None = None  # protocol 2, optional: the served portion this sender sends
     reply: Reply | None = None  # protocol 2, optional: where to confirm this transmission
+
+    @property
+    def share(self) -> Portion | None:
+        """The old name of `portion` (read-only)."""
+        return self.portion
 
 
 # ---------------------------------------------------------------- encoding
 
 
-def _check_header(seq: Any, epoch: Any, sender: Any, share: Any = None) -> None:
-    """ValueError/TypeError for counters outside 0..2**64-1, a sender that is not a str, or a share
+def _check_header(seq: Any, epoch: Any, sender: Any, portion: Any = None) -> None:
+    """ValueError/TypeError for counters outside 0..2**64-1, a sender that is not a str, or a portion
     that is not (str, worker in 0..workers-1, workers >= 1)."""
     for name, value in (("seq", seq), ("epoch", epoch)):
         if not isinstance(value, int) or isinstance(value, bool):
@@ -83,24 +92,25 @@ def _check_header(seq: Any, epoch: Any, sender: Any, share: Any = None) -> None:
             raise ValueError(f"{name} must be in 0..2**64-1, got {value}")
     if not isinstance(sender, str):
         raise TypeError(f"sender must be a str, not {sender!r}")
-    if share is not None and not _valid_share(share):
-        raise ValueError(f"share must be (stream: str, worker: int, workers: int) with 0 <= worker < "
-                         f"workers, got {share!r}")
+    if portion is not None and not _valid_portion(portion):
+        raise ValueError(f"portion must be (stream: str, worker: int, workers: int) with 0 <= worker < "
+                         f"workers, got {portion!r}")
 
 
-def _valid_share(share: Any) -> bool:
+def _valid_portion(portion: Any) -> bool:
     """True for a (stream, worker, workers) triple of exact types with 0 <= worker < workers."""
-    if not isinstance(share, (tuple, list)) or len(share) != 3:
+    if not isinstance(portion, (tuple, list)) or len(portion) != 3:
         return False
-    stream, worker, workers = share
+    stream, worker, workers = portion
     return (type(stream) is str and type(worker) is int and type(workers) is int
             and 0 <= worker < workers)
 
 
-def _with_share(meta: dict, share: Any, reply: Reply | None = None) -> dict:
-    """`meta` with the `share` and `reply` keys added when given (absent otherwise: 0.1-era bytes)."""
-    if share is not None:
-        meta["share"] = list(share)
+def _with_portion(meta: dict, portion: Any, reply: Reply | None = None) -> dict:
+    """`meta` with the `share` (the portion) and `reply` keys added when given (absent otherwise:
+    0.1-era bytes)."""
+    if portion is not None:
+        meta["share"] = list(portion)
     if reply is not None:
         meta["reply"] = [list(reply.addresses), reply.token, reply.floor, reply.tx]
     return meta
@@ -174,26 +184,29 @@ def _encode_v1(batch: Any, infos: Sequence[str] | None) -> list:
 
 
 def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", protocol: int = 2,
-                 infos: Sequence[str] | None = None, share: Share | None = None,
-                 reply: Reply | None = None) -> list:
+                 infos: Sequence[str] | None = None, portion: Portion | None = None,
+                 reply: Reply | None = None, share: Portion | None = None) -> list:
     """A batch -> frames `[metadata, header_0, data_0, ...]` (protocol 2) or 0.1 frames (protocol 1).
 
     `batch` is a list, tuple or dict, nested freely, whose leaves are numpy arrays or plain values.
     Array data frames are memoryviews of the arrays (no copy), ordered by size, largest last (in
-    depth-first order when `infos`, which labels the arrays in that order, is given). `share`
-    (stream, worker, workers) names the served share the batch belongs to. Protocol 1 ignores
-    seq/epoch/sender/share/reply and keeps the list's order. `reply`: where receivers confirm it.
+    depth-first order when `infos`, which labels the arrays in that order, is given). `portion`
+    (stream, worker, workers) names the served portion the batch belongs to (`share=` is its
+    deprecated spelling). Protocol 1 ignores seq/epoch/sender/portion/reply and keeps the list's
+    order. `reply`: where receivers confirm it.
     """
+    if share is not None:
+        portion = renamed_option(portion, share, "portion", "share", "encode_batch")
     if protocol == 1:
         return _encode_v1(batch, infos)
     if protocol != 2:
         raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
-    _check_header(seq, epoch, sender, share)
+    _check_header(seq, epoch, sender, portion)
     if not isinstance(batch, (list, tuple, dict)):
         raise EncodeError(f"a batch is a list, tuple or dict, not a {type(batch).__name__}")
     packer = _Packer()
-    meta = _with_share({"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender,
-                        "batch": batch}, share, reply)
+    meta = _with_portion({"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender,
+                          "batch": batch}, portion, reply)
     try:
         head = MAGIC + packer.pack(meta)
     except EncodeError as exc:
@@ -216,19 +229,23 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
 
 
 def encode_end_of_epoch(*, seq: int, epoch: int, sender: str = "", group: str | None = None,
-                        group_size: int = 1, share: Share | None = None, reply: Reply | None = None) -> list:
+                        group_size: int = 1, portion: Portion | None = None, reply: Reply | None = None,
+                        share: Portion | None = None) -> list:
     """An end-of-epoch marker: one metadata frame saying that `sender` finished `epoch`.
 
     A sender that is one of `group_size` senders feeding the same receivers names its group, so a
-    receiver knows how many markers end the epoch. `share` and `reply` as for `encode_batch`.
+    receiver knows how many markers end the epoch. `portion` (`share=`) and `reply` as for
+    `encode_batch`.
     """
-    _check_header(seq, epoch, sender, share)
+    if share is not None:
+        portion = renamed_option(portion, share, "portion", "share", "encode_end_of_epoch")
+    _check_header(seq, epoch, sender, portion)
     if group is not None and not isinstance(group, str):
         raise TypeError(f"group must be a str or None, not {group!r}")
     if not isinstance(group_size, int) or isinstance(group_size, bool) or not 1 <= group_size < _UINT64:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    meta = _with_share({"v": VERSION, "kind": "end_of_epoch", "seq": seq, "epoch": epoch, "sender": sender,
-                        "group": group, "group_size": group_size}, share, reply)
+    meta = _with_portion({"v": VERSION, "kind": "end_of_epoch", "seq": seq, "epoch": epoch, "sender": sender,
+                          "group": group, "group_size": group_size}, portion, reply)
     return [MAGIC + msgpack.packb(meta, use_bin_type=True)]
 
 
@@ -237,7 +254,7 @@ def encode_tick(*, seq: int, epoch: int, sender: str, reply: Reply) -> list:
     unconfirmed sends one so that its receivers see a later transmission (docs/protocol.md 4.3);
     receivers confirm it and hand nothing to their caller."""
     _check_header(seq, epoch, sender)
-    meta = _with_share({"v": VERSION, "kind": "tick", "seq": seq, "epoch": epoch, "sender": sender}, None, reply)
+    meta = _with_portion({"v": VERSION, "kind": "tick", "seq": seq, "epoch": epoch, "sender": sender}, None, reply)
     return [MAGIC + msgpack.packb(meta, use_bin_type=True)]
 
 
@@ -262,7 +279,7 @@ def with_reply(frames: Sequence[Any], reply: Reply) -> list:
     """A protocol-2 message's frames with its `reply` replaced (a resend's new transmission number);
     the array frames are the same objects."""
     meta = msgpack.unpackb(memoryview(frames[0])[len(MAGIC):], raw=False, strict_map_key=False)
-    return [MAGIC + msgpack.packb(_with_share(meta, None, reply), use_bin_type=True), *frames[1:]]
+    return [MAGIC + msgpack.packb(_with_portion(meta, None, reply), use_bin_type=True), *frames[1:]]
 
 
 # ---------------------------------------------------------------- single-buffer form
@@ -294,7 +311,7 @@ def _decode_v2(views: list[memoryview], nbytes: int, max_plain_values: int) -> M
     meta = read_metadata(views[0][len(MAGIC):], arrays, max_plain_values)
     return Message(kind=meta.kind, batch=meta.batch, seq=meta.seq, epoch=meta.epoch, sender=meta.sender,
                    group=meta.group, group_size=meta.group_size, protocol=2, nbytes=nbytes, infos=tuple(infos),
-                   share=None if meta.share is None else Share(*meta.share),
+                   portion=None if meta.portion is None else Portion(*meta.portion),
                    reply=None if meta.reply is None else Reply(*meta.reply))
 
 

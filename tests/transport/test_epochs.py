@@ -3,17 +3,17 @@
 import pytest
 
 from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
-from tensorcom.wire import Message, Share
+from tensorcom.wire import Message, Portion
 
 
-def batch(sender, seq=0, epoch=0, share=None, nbytes=10):
+def batch(sender, seq=0, epoch=0, portion=None, nbytes=10):
     return Message(kind="batch", batch=[seq], seq=seq, epoch=epoch, sender=sender, group=None,
-                   group_size=1, protocol=2, nbytes=nbytes, share=share)
+                   group_size=1, protocol=2, nbytes=nbytes, portion=portion)
 
 
-def marker(sender, epoch=0, group=None, size=1, share=None):
+def marker(sender, epoch=0, group=None, size=1, portion=None):
     return Message(kind="end_of_epoch", batch=None, seq=0, epoch=epoch, sender=sender, group=group,
-                   group_size=size, protocol=2, nbytes=5, share=share)
+                   group_size=size, protocol=2, nbytes=5, portion=portion)
 
 
 def feed(book, messages):
@@ -105,17 +105,17 @@ def test_protocol_1_messages_are_always_delivered_and_never_end_a_pass():
 
 
 def test_a_restarted_worker_replaces_the_sender_it_restarts():
-    """Worker 0 of stream s dies mid-epoch; its restart (a new sender id) carries the same share:
+    """Worker 0 of stream s dies mid-epoch; its restart (a new sender id) carries the same portion:
     the old sender stops holding the pass open, and its leftovers are dropped."""
     book = EpochBook(1)
-    old, new = Share("s", 0, 2), Share("s", 0, 2)
-    other = Share("s", 1, 2)
-    passes, _ = feed(book, [batch("a", 0, share=old), batch("b", 0, share=other)])
+    old, new = Portion("s", 0, 2), Portion("s", 0, 2)
+    other = Portion("s", 1, 2)
+    passes, _ = feed(book, [batch("a", 0, portion=old), batch("b", 0, portion=other)])
     assert book.waiting_on() == ["a", "b"]
-    passes, _ = feed(book, [batch("a2", 0, share=new)])
+    passes, _ = feed(book, [batch("a2", 0, portion=new)])
     assert book.waiting_on() == ["a2", "b"] and "a" in book.retired
-    assert book.admit(batch("a", 1, share=old)) is Verdict.DROP  # a late message of the dead one
-    passes, _ = feed(book, [marker("a2", group="s", size=2, share=new), marker("b", group="s", size=2, share=other)])
+    assert book.admit(batch("a", 1, portion=old)) is Verdict.DROP  # a late message of the dead one
+    passes, _ = feed(book, [marker("a2", group="s", size=2, portion=new), marker("b", group="s", size=2, portion=other)])
     assert passes == [[]] and book.passes == 1
 
 
@@ -123,15 +123,15 @@ def test_a_restarted_worker_that_had_ended_does_not_count_twice():
     """The old sender's marker (and its held next-epoch batches) go with it; the restart's marker
     for the same epoch is the one that counts."""
     book = EpochBook(1)
-    a, b = Share("s", 0, 2), Share("s", 1, 2)
-    feed(book, [batch("a", share=a), marker("a", group="s", size=2, share=a), batch("a", 1, 1, share=a),
-                batch("b", share=b)])
+    a, b = Portion("s", 0, 2), Portion("s", 1, 2)
+    feed(book, [batch("a", portion=a), marker("a", group="s", size=2, portion=a), batch("a", 1, 1, portion=a),
+                batch("b", portion=b)])
     assert len(book.held) == 1
-    feed(book, [marker("a2", group="s", size=2, share=a)])
+    feed(book, [marker("a2", group="s", size=2, portion=a)])
     assert book.held == [] and book.passes == 0 and book.waiting_on() == ["b"]
-    passes, _ = feed(book, [marker("b", group="s", size=2, share=b)])
+    passes, _ = feed(book, [marker("b", group="s", size=2, portion=b)])
     assert passes == [[]]
-    assert feed(book, [marker("b", 1, group="s", size=2, share=b)])[0] == []  # a2's next one still missing
+    assert feed(book, [marker("b", 1, group="s", size=2, portion=b)])[0] == []  # a2's next one still missing
 
 
 @pytest.mark.parametrize("size", [1, 3])

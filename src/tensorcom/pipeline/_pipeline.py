@@ -50,7 +50,7 @@ from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
 from tensorcom.pipeline.sources import IterableSource, Source
 from tensorcom.pipeline.workers import WorkerPool, check_picklable
-from tensorcom.shards._options import check_options
+from tensorcom._options import check_options
 from tensorcom.shards.fields import Decoder
 from tensorcom.shards.handlers import Handler, SkipCounts
 from tensorcom.shards.shardlist import worker_and_count

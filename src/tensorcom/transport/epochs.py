@@ -28,7 +28,7 @@ The rules (docs/transport.md, "The end of an epoch"):
   ones before it; a marker of an epoch the sender has already ended (a duplicate) is dropped.
   `lost_markers` counts the markers that never arrived, `implicit_ends` the passes a stand-in ended.
   So a pass never mixes two epochs of one sender.
-- A restarted sender is a new sender (a new id). A message whose `share` (stream, worker) was sent so
+- A restarted sender is a new sender (a new id). A message whose `portion` (stream, worker) was sent so
   far by another id replaces that sender: the old one is retired (its markers, its place in the pass
   and its held messages are forgotten) and whatever still arrives from it is dropped (DROP).
 - When senders are unreachable (`abandon`, after PeerLost) the pass ends there: the markers of the
@@ -199,10 +199,10 @@ class EpochBook:
         return Verdict.LOST_MARKER
 
     def _claim_slot(self, message: Any) -> None:
-        """Make the message's sender the one sending its share; retire the sender it replaces."""
-        if message.share is None:
+        """Make the message's sender the one sending its portion; retire the sender it replaces."""
+        if message.portion is None:
             return
-        slot = (message.share.stream, message.share.worker)
+        slot = (message.portion.stream, message.portion.worker)
         previous = self.slots.get(slot)
         self.slots[slot] = message.sender
         if previous is not None and previous != message.sender:

@@ -4,7 +4,8 @@
     near_misses(given, known)                        the given names that look like a misspelled known one
     renamed_option(value, old_value, new, old, where)   a deprecated spelling, taken with a warning
 
-Used by the shards layer (samples, ShardDataset) and the pipeline layer (Pipeline methods, sources).
+Used by the message codec (wire), the shards layer (samples, ShardDataset) and the pipeline layer
+(Pipeline methods, sources, serving).
 """
 
 from __future__ import annotations
