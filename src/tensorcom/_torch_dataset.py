@@ -1,7 +1,7 @@
 """`as_iterable_dataset`: any re-iterable as a torch.utils.data.IterableDataset, for DataLoader.
 
 torch is imported only when the function is called. The wrapped object decides how DataLoader
-workers split the data (a Pipeline, and a ShardDataset through its Pipeline, take the worker's share
+workers split the data (a Pipeline, and a ShardDataset through its Pipeline, take the worker's portion
 themselves). When it has `state_dict` / `load_state_dict` (Pipeline, ShardDataset), so has the
 wrapper: torchdata's StatefulDataLoader then calls them in each worker (the state of the worker's
 own iterator) and restores each worker's position, so a resumed loader yields exactly the samples

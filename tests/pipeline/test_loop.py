@@ -82,4 +82,4 @@ def test_a_nested_worker_error_keeps_its_key_and_traceback():
 
 def test_died_names_threads_and_processes():
     thread = threading.Thread(target=lambda: None)
-    assert str(died("share worker", 1, thread)) == "share worker thread 1 ended unexpectedly"
+    assert str(died("portion worker", 1, thread)) == "portion worker thread 1 ended unexpectedly"

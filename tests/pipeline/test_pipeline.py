@@ -146,7 +146,7 @@ def test_pipelines_pickle_when_built_from_module_level_parts():
 
 @pytest.mark.procs
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_torch_dataloader_workers_get_disjoint_shares(context):
+def test_torch_dataloader_workers_get_disjoint_portions(context):
     torch = pytest.importorskip("torch")
     dataset = Pipeline(range(20)).map(square).as_torch()
     assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 20

@@ -1,4 +1,4 @@
-"""tensorcom.serve: worker processes sending disjoint shares to real sockets on 127.0.0.1."""
+"""tensorcom.serve: worker processes sending disjoint portions to real sockets on 127.0.0.1."""
 
 import json
 import os

@@ -9,29 +9,36 @@ import pytest
 from tensorcom.errors import WorkerError
 from tensorcom.images import ImageFolderSource
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline.sources import FetchSource, IterableSource, PathSource, ShardSource, epoch_share, field_name
+from tensorcom.pipeline.sources import FetchSource, IterableSource, PathSource, ShardSource, epoch_portion, field_name
 
 
-def shares(source, n, epoch=0, seed=0):
+def portions(source, n, epoch=0, seed=0):
     return [list(source.iterate(seed=seed, epoch=epoch, worker=i, num_workers=n)) for i in range(n)]
 
 
-def test_iterable_source_shares_and_epoch_shuffle():
+def test_iterable_source_portions_and_epoch_shuffle():
     src = IterableSource(list(range(10)), shuffle=True)
-    parts = shares(src, 3)
+    parts = portions(src, 3)
     assert sorted(sum(parts, [])) == list(range(10)) and [len(p) for p in parts] == [4, 3, 3]
     assert [src.length(i, 3) for i in range(3)] == [4, 3, 3]
-    assert shares(src, 1, epoch=0) == shares(src, 1, epoch=0) != shares(src, 1, epoch=1)
+    assert portions(src, 1, epoch=0) == portions(src, 1, epoch=0) != portions(src, 1, epoch=1)
     with pytest.raises(TypeError, match="sequence"):
         IterableSource(iter([1]), shuffle=True)
 
 
-def test_epoch_share_splits_one_permutation():
+def test_epoch_portion_splits_one_permutation():
     items = list("abcdefg")
-    parts = [list(epoch_share(items, True, 1, 2, i, 3)) for i in range(3)]
+    parts = [list(epoch_portion(items, True, 1, 2, i, 3)) for i in range(3)]
     assert sorted(sum(parts, [])) == items and [len(p) for p in parts] == [3, 2, 2]
-    assert parts == [list(epoch_share(items, True, 1, 2, i, 3)) for i in range(3)]
-    assert list(epoch_share(items, False, 1, 2, 1, 3)) == ["b", "e"]
+    assert parts == [list(epoch_portion(items, True, 1, 2, i, 3)) for i in range(3)]
+    assert list(epoch_portion(items, False, 1, 2, 1, 3)) == ["b", "e"]
+
+
+def test_the_old_portion_helpers_names_still_work():
+    from tensorcom.pipeline import sources
+
+    assert sources.epoch_share is sources.epoch_portion and sources.share_length is sources.portion_length
+    assert sources.share_order is sources.portion_order
 
 
 @pytest.fixture

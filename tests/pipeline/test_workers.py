@@ -13,7 +13,7 @@ import pytest
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import stages
 from tensorcom.pipeline._failure import Failure, describe_exit
-from tensorcom.pipeline._shares import shard_parallel
+from tensorcom.pipeline._portions import shard_parallel
 from tensorcom.pipeline.workers import WorkerPool, check_sizes, parallel_map, prefetching, serial_map
 
 
@@ -193,7 +193,7 @@ PARENT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from test_workers import slow_square, slow_numbers
     from tensorcom.pipeline.workers import parallel_map
-    from tensorcom.pipeline._shares import shard_parallel
+    from tensorcom.pipeline._portions import shard_parallel
     if __name__ == "__main__":
         kind, how = sys.argv[1:]
         if kind == "map":
@@ -211,17 +211,17 @@ PARENT = textwrap.dedent("""
 
 
 def slow_numbers(index, count):
-    """Share `index` of `count` of the natural numbers, slowly."""
+    """Portion `index` of `count` of the natural numbers, slowly."""
     for x in range(index, 10**9, count):
         time.sleep(0.01)
         yield x
 
 
 @pytest.mark.procs
-@pytest.mark.parametrize("kind", ["map", "share"])
+@pytest.mark.parametrize("kind", ["map", "portion"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, None])
 def test_kill_ctrl_c_or_exception_in_the_parent_leaves_no_orphan(popen, tmp_path, kind, sig):
-    """Map and share worker processes (serving workers: test_serving) leave with their parent."""
+    """Map and portion worker processes (serving workers: test_serving) leave with their parent."""
     script = tmp_path / "parent.py"
     script.write_text(PARENT.format(tests=os.path.dirname(__file__)))
     parent = popen.python(str(script), kind, "raise" if sig is None else "wait", stdout=subprocess.PIPE,
@@ -342,8 +342,8 @@ def fail_on_k3(sample):
     return sample
 
 
-def failing_share(index, count):
-    """Share `index` of `count` of six keyed samples, through fail_on_k3 (the key noted as stages do)."""
+def failing_portion(index, count):
+    """Portion `index` of `count` of six keyed samples, through fail_on_k3 (the key noted as stages do)."""
     for position, sample in enumerate([{"__key__": f"k{i}"} for i in range(index, 6, count)]):
         yield stages.call(fail_on_k3, sample, None, position)
 
@@ -352,8 +352,8 @@ FAILING = {
     "thread map": lambda: parallel_map([{"__key__": f"k{i}"} for i in range(6)], fail_on_k3, workers=2),
     "process map": lambda: parallel_map([{"__key__": f"k{i}"} for i in range(6)], fail_on_k3, workers=2,
                                         processes=True),
-    "thread share": lambda: shard_parallel(failing_share, workers=2, processes=False),
-    "process share": lambda: shard_parallel(failing_share, workers=2, processes=True),
+    "thread portion": lambda: shard_parallel(failing_portion, workers=2, processes=False),
+    "process portion": lambda: shard_parallel(failing_portion, workers=2, processes=True),
 }
 
 
@@ -365,9 +365,9 @@ def test_every_worker_kind_reports_the_same_failure_record(where):
     error, failure = info.value, info.value.failure
     assert isinstance(failure, Failure) and not isinstance(error, WorkerDied)
     assert (failure.key, failure.exc_type, failure.message) == ("k3", "ValueError", "bad sample k3")
-    assert failure.position == (3 if "map" in where else 1)  # map: in the source; share: in its output
+    assert failure.position == (3 if "map" in where else 1)  # map: in the source; portion: in its output
     assert failure.worker in (0, 1) and "in fail_on_k3" in failure.traceback
-    role = "map worker" if "map" in where else "share worker"
+    role = "map worker" if "map" in where else "portion worker"
     assert str(error).startswith(f"{role} {failure.worker} raised ValueError: bad sample k3 (sample 'k3')")
     assert error.key == "k3" and error.remote_traceback == failure.traceback
     assert isinstance(error.__cause__, ValueError) == where.startswith("thread")  # processes send no exception

@@ -22,7 +22,7 @@ only when every batch of it is acknowledged, and a consumer acknowledges a batch
 rank waiting for its end-of-epoch depends on the others reading their last batches; if they sat in the
 agreement with unread batches in their sockets, nobody would move. The reader thread keeps reading
 (up to `ahead` batches, one more for each round in which another rank waits), so the end comes. A local
-source (a Pipeline on this rank's share) never waits on other ranks and is read in place (`Direct`).
+source (a Pipeline on this rank's portion) never waits on other ranks and is read in place (`Direct`).
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ def _make_batch_dataset_class() -> type:
 
         source: a URL (a Connection to it opens on the first iteration, with **connection_args, and is
             kept for later passes until `close()`), a Connection, or any re-iterable of batches (a
-            Pipeline; under DDP this rank's share, `pipeline.shard(rank, world_size)`).
+            Pipeline; under DDP this rank's portion, `pipeline.shard(rank, world_size)`).
         images, layout, dtype, device, pin_memory, non_blocking: how each batch is converted (ToTorch);
             a CUDA device gets pinned tensors copied with non_blocking=True.
         even: every rank of torch.distributed yields the same number of batches in each pass, so no rank

@@ -227,8 +227,8 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
                               "that falls a whole replay buffer behind")
     cluster = parser.add_argument_group("Ray cluster (docs/ray.md; needs tensorcom[ray])")
     cluster.add_argument("--ray", type=positive_int, default=None, metavar="N",
-                         help="serve from N Ray actors, each a disjoint share, in place of local publisher processes; "
-                              "a dead actor is restarted and serves its share again without loss (zshare/zsplit URLs)")
+                         help="serve from N Ray actors, each a disjoint portion, in place of local publisher processes; "
+                              "a dead actor is restarted and serves its portion again without loss (zshare/zsplit URLs)")
     cluster.add_argument("--address", default=None, metavar="ADDR",
                          help="the Ray cluster to join (e.g. auto, HEAD:6379); default: the one `ray start` runs "
                               "here, else a new local instance")

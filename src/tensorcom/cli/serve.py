@@ -2,7 +2,7 @@
 
 FUNCTION (importable from MODULE; the current directory is searched first) takes no arguments and
 returns either a `tensorcom.Pipeline` or any iterable of batches (list/tuple/dict of arrays). Each of
-the `-w N` worker processes calls it and serves its own disjoint share: a Pipeline's `.shard(i, N)`,
+the `-w N` worker processes calls it and serves its own disjoint portion: a Pipeline's `.shard(i, N)`,
 or every N-th batch of an iterable (an iterable is computed whole by every worker, so prefer a
 Pipeline when there are several). FUNCTION is called again for each epoch. `--shuffle` shuffles what
 it returns through a buffer of `--shuffle-buffer` items (default: served in its own order).

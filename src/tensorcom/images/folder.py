@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tensorcom.errors import OpenError
-from tensorcom.pipeline.sources import Source, epoch_share, field_name, read_bytes, share_length
+from tensorcom.pipeline.sources import Source, epoch_portion, field_name, portion_length, read_bytes
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 
@@ -153,8 +153,8 @@ class ImageFolderSource(Source):
         return sample
 
     def iterate(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Iterator[Any]:
-        pairs = epoch_share(self.items(), self.shuffle, seed, epoch, worker, num_workers)
+        pairs = epoch_portion(self.items(), self.shuffle, seed, epoch, worker, num_workers)
         return (self._sample(path, label) for path, label in pairs)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
-        return share_length(len(self.items()), worker, num_workers)
+        return portion_length(len(self.items()), worker, num_workers)

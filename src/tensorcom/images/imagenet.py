@@ -123,7 +123,7 @@ def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: boo
 
 def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, workers: int) -> Pipeline:
     """`pipeline` followed by `augment` and batching: inline when `workers` is 0, else in `workers`
-    spawned processes, each augmenting and batching its own share (only whole batches cross to the
+    spawned processes, each augmenting and batching its own portion (only whole batches cross to the
     consumer) with torch's fast resize enabled there (images.init_worker)."""
     from tensorcom.images.resample import init_worker
 

@@ -2,7 +2,7 @@
 
     build_chain(pipeline, count, epoch)   the node of the first `count` steps (source first)
     chain_length(pipeline, count)         items out of the first `count` steps, or None when unknown
-    ShareMaker                            what a parallel stage's worker runs: one share's chain
+    PortionMaker                          what a parallel stage's worker runs: one portion's chain
 
 A `repeat` or `parallel` step cuts the chain: the steps before it are built again for each pass
 (Repeated) or in each worker (Parallel). Node classes: tensorcom.pipeline.stages, _shuffle, _pooled,
@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from tensorcom.pipeline._node import Node, State, with_states
 from tensorcom.pipeline._pooled import MapPlan, Parallel, Prefetched, Tagged, WorkerMapped
-from tensorcom.pipeline._shares import shard_parallel
+from tensorcom.pipeline._portions import shard_parallel
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced, sliced_length
 from tensorcom.pipeline.stages import Batched, FieldSelector, FieldTuple, Filtered, Mapped, Repeated, Unbatched
@@ -26,7 +26,7 @@ CUTS = ("repeat", "parallel")
 
 
 def build_chain(p: Any, count: int, epoch: int) -> Node:
-    """The node chain of `p.steps[:count]` on p's share (p.worker of p.num_workers) for `epoch`."""
+    """The node chain of `p.steps[:count]` on p's portion (p.worker of p.num_workers) for `epoch`."""
     cuts = [i for i in range(count) if p.steps[i].kind in CUTS]
     if cuts:
         node = (_parallel if p.steps[cuts[-1]].kind == "parallel" else _repeated)(p, cuts[-1], epoch)
@@ -54,32 +54,32 @@ def _parallel(p: Any, index: int, epoch: int) -> Node:
     upstream = p._copy(steps=p.steps[:index], _pools={})
 
     def launch(order: list[int], states: list) -> Iterator[tuple[int, Any, State]]:
-        make = ShareMaker(upstream, epoch, args["workers"], order, states)
+        make = PortionMaker(upstream, epoch, args["workers"], order, states)
         return shard_parallel(make, workers=len(order), processes=args["processes"], buffer=args["buffer"],
                               init=args["init"])
 
     return Parallel(launch, args["workers"])
 
 
-class ShareMaker:
-    """Picklable `make(slot, count)` for tensorcom.pipeline._shares: the chain of share order[slot]
-    of `shares` of `pipeline` at `epoch`, from position states[share], as (share, item, state) triples."""
+class PortionMaker:
+    """Picklable `make(slot, count)` for tensorcom.pipeline._portions: the chain of portion order[slot]
+    of `portions` of `pipeline` at `epoch`, from position states[portion], as (portion, item, state) triples."""
 
-    def __init__(self, pipeline: Any, epoch: int, shares: int, order: list[int], states: list):
-        self.pipeline, self.epoch, self.shares, self.order, self.states = pipeline, epoch, shares, order, states
+    def __init__(self, pipeline: Any, epoch: int, portions: int, order: list[int], states: list):
+        self.pipeline, self.epoch, self.portions, self.order, self.states = pipeline, epoch, portions, order, states
 
     def __call__(self, slot: int, count: int) -> Iterator[tuple[int, Any, State]]:
-        share = self.order[slot]
-        sub = self.pipeline._subshard(share, self.shares, len(self.pipeline.steps))
+        portion = self.order[slot]
+        sub = self.pipeline._subshard(portion, self.portions, len(self.pipeline.steps))
         chain = build_chain(sub, len(sub.steps), self.epoch)
-        chain.load_state_dict(self.states[share])
-        return _share_items(share, chain)
+        chain.load_state_dict(self.states[portion])
+        return _portion_items(portion, chain)
 
 
-def _share_items(share: int, chain: Node) -> Iterator[tuple[int, Any, State]]:
+def _portion_items(portion: int, chain: Node) -> Iterator[tuple[int, Any, State]]:
     try:
         for item, state in with_states(chain):
-            yield share, item, state
+            yield portion, item, state
     finally:
         chain.close()
 
@@ -120,7 +120,7 @@ def _map(p: Any, step: Any, up: Node, rng_key: tuple | None) -> Node:
 
 
 def chain_length(p: Any, count: int) -> int | None:
-    """Items out of the first `count` steps of `p` on its share (None: unknown)."""
+    """Items out of the first `count` steps of `p` on its portion (None: unknown)."""
     cuts = [i for i in range(count) if p.steps[i].kind == "parallel"]
     if cuts:
         n = p.steps[cuts[-1]].args["workers"]

@@ -3,7 +3,7 @@ the consumer turns that report, or a worker's silent death, into the library's e
 
     Failure.capture(exc, worker, position)   in the worker, inside `except`
     failure.error("map worker")              in the consumer: errors.WorkerError
-    died("share worker", index, proc)        in the consumer: errors.WorkerDied
+    died("portion worker", index, proc)      in the consumer: errors.WorkerDied
 
 A Failure is plain data (index, position, key, type name, message, traceback text), so it crosses a
 process boundary without pickling the exception itself, which may not be picklable. In a thread the

@@ -1,4 +1,4 @@
-"""The one worker loop, run alike by map workers, share workers, the prefetch thread and serving
+"""The one worker loop, run alike by map workers, portion workers, the prefetch thread and serving
 workers, in a thread or in a spawned process; and the owner's side of stopping it.
 
     worker_loop(work, inbox, outbox, stop, ident)   the worker's body
@@ -13,7 +13,7 @@ multiprocessing Queue, a tensorcom.pipeline._pipes sender); then `("end", tag, c
 `("error", tag, Failure)` when `work` or a post raised (an item that cannot be pickled is that
 item's failure). `first` is the position of the task's first value in the worker's stream (None when
 positions mean nothing), so the Failure names the failing item's position. `tag` is the consumer's
-to choose: the map uses (generation, position), a share its index.
+to choose: the map uses (generation, position), a portion its index.
 
 Shutdown. The loop returns when `stop` is set (checked at least every POLL seconds, also while a
 bounded outbox is full), when it takes a None task, or when the outbox's far end has gone

@@ -10,7 +10,7 @@
 A stage's state holds its upstream's under "up", so the state of the last node is the state of the
 whole chain. Nothing starts in a constructor: threads, processes and files open on the first next().
 The design follows torchdata.nodes (BaseNode: next / reset / get_state); positions are exact because
-every source and stage is deterministic given (seed, epoch, share), so a node may also restore by
+every source and stage is deterministic given (seed, epoch, portion), so a node may also restore by
 replaying its input and skipping what it had yielded (`Replayed`, `skip`).
 """
 

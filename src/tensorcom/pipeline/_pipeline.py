@@ -16,7 +16,7 @@ another process. Nothing runs and no worker starts until iteration; each `iter()
 of nodes (tensorcom.pipeline._chain) for the current epoch. `Pipeline(other_pipeline_or_ShardDataset)`
 continues that pipeline (same source, steps and seed).
 
-State: `p.state_dict()` is the position of the latest iterator of `p` (epoch, share, and the state of
+State: `p.state_dict()` is the position of the latest iterator of `p` (epoch, portion, and the state of
 every node of its chain); `p.load_state_dict(state)` makes the next `iter(p)` yield exactly the items
 that followed, wherever the checkpoint was taken (inside a shuffle buffer, a batch, a map on worker
 threads or processes, a parallel stage). Inside a torch DataLoader worker (or a StatefulDataLoader's)
@@ -29,9 +29,9 @@ Randomness: `map(fn, rng=True)` calls fn(sample, rng) with a numpy Generator tha
 of (seed, epoch, shard worker, stage index, sample position) — the same whichever thread or process
 runs it — and `shuffle` draws from (seed, epoch, worker, stage). `set_epoch(e)` changes all of them.
 
-`parallel(N)` runs all the stages before it in N spawned processes, process i on share i of N of
+`parallel(N)` runs all the stages before it in N spawned processes, process i on portion i of N of
 the source (as torch DataLoader workers do), and yields their items round-robin; after `.batch()`
-only whole batches cross the process boundary (tensorcom.pipeline._shares). Each share has its own
+only whole batches cross the process boundary (tensorcom.pipeline._portions). Each portion has its own
 worker index in the rng key, so `parallel(N, processes=False)` (threads) yields exactly the same items.
 """
 
@@ -128,7 +128,7 @@ class Pipeline:
         self.worker = 0
         self.num_workers = 1
         self._pools: dict[Step, WorkerPool] = {}  # persistent maps' workers; shared by copies
-        self._live: tuple[Node, int, int] | None = None  # the latest iterator, its worker and share count
+        self._live: tuple[Node, int, int] | None = None  # the latest iterator, its worker and portion count
         self._resume: dict | None = None  # the state the next iterator starts from
 
     def __getstate__(self) -> dict:
@@ -222,10 +222,10 @@ class Pipeline:
     def parallel(self, workers: int, *, processes: bool = True, buffer: int = 2,
                  init: Callable[[], Any] | None = None) -> Pipeline:
         """Run every stage before this one in `workers` spawned processes (threads with
-        processes=False), worker i on share i of `workers` of this pipeline's share of the source,
-        and yield their items round-robin (a worker whose share ends drops out). Put it after
-        `.batch()` so that only batches cross to this process (each share batches on its own, so
-        every share may end with a short batch). Each worker computes at most `buffer` items ahead;
+        processes=False), worker i on portion i of `workers` of this pipeline's portion of the source,
+        and yield their items round-robin (a worker whose portion ends drops out). Put it after
+        `.batch()` so that only batches cross to this process (each portion batches on its own, so
+        every portion may end with a short batch). Each worker computes at most `buffer` items ahead;
         `init()` (picklable, e.g. tensorcom.images.init_worker) runs first in each process. The
         stages before it must be picklable, and process maps cannot run inside (use threads there)."""
         _positive("workers", workers)
@@ -286,7 +286,7 @@ class Pipeline:
         return self
 
     def shard(self, worker: int, num_workers: int) -> Pipeline:
-        """A copy that iterates only share `worker` of `num_workers` disjoint shares of the source."""
+        """A copy that iterates only portion `worker` of `num_workers` disjoint portions of the source."""
         _positive("num_workers", num_workers)
         if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < num_workers:
             raise ValueError(f"worker must be in 0..{num_workers - 1}, got {worker!r}")
@@ -294,20 +294,20 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[Any]:
         """One epoch's items, from the state given to load_state_dict if any. Inside a torch
-        DataLoader worker an unsharded pipeline takes that worker's share (the only place where a
+        DataLoader worker an unsharded pipeline takes that worker's portion (the only place where a
         pipeline splits by worker), so num_workers > 0 never duplicates samples."""
-        share = self
+        portion = self
         if self.num_workers == 1:
             worker, num_workers = worker_and_count(None, None)
-            share = self.shard(worker, num_workers) if num_workers > 1 else self
-        chain = build_chain(share, len(share.steps), self.epoch)
+            portion = self.shard(worker, num_workers) if num_workers > 1 else self
+        chain = build_chain(portion, len(portion.steps), self.epoch)
         resume, self._resume = self._resume, None
         if resume is not None:
-            if (resume["worker"], resume["num_workers"]) != (share.worker, share.num_workers):
-                raise ValueError(f"the state is of share {resume['worker']} of {resume['num_workers']}, "
-                                 f"this iterator is share {share.worker} of {share.num_workers}")
+            if (resume["worker"], resume["num_workers"]) != (portion.worker, portion.num_workers):
+                raise ValueError(f"the state is of portion {resume['worker']} of {resume['num_workers']}, "
+                                 f"this iterator is portion {portion.worker} of {portion.num_workers}")
             chain.load_state_dict(resume["chain"])
-        self._live = (chain, share.worker, share.num_workers)
+        self._live = (chain, portion.worker, portion.num_workers)
         return chain
 
     def state_dict(self) -> dict[str, Any]:
@@ -339,7 +339,7 @@ class Pipeline:
         self._resume = {"worker": self.worker, "num_workers": self.num_workers, **state}
 
     def _subshard(self, index: int, count: int, steps: int) -> Pipeline:
-        """A copy with the first `steps` stages on share `index` of `count` of this pipeline's share."""
+        """A copy with the first `steps` stages on portion `index` of `count` of this pipeline's portion."""
         return self._copy(steps=self.steps[:steps], worker=self.worker + self.num_workers * index,
                           num_workers=self.num_workers * count, _pools={})
 
@@ -356,7 +356,7 @@ class Pipeline:
 
     def as_torch(self) -> Any:
         """This pipeline as a torch.utils.data.IterableDataset (imports torch), for DataLoader: in
-        each DataLoader worker an unsharded pipeline takes its own share of the source."""
+        each DataLoader worker an unsharded pipeline takes its own portion of the source."""
         from tensorcom._torch_dataset import as_iterable_dataset
 
         self._handed_to_torch = True  # state_dict() here then warns that the position is in the workers

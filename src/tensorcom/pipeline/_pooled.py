@@ -2,12 +2,12 @@
 
     WorkerMapped(up, fn, plan)        map(fn, workers=N): fn on the worker pools of tensorcom.pipeline.workers
     Prefetched(up, size)              prefetch(size): the upstream computed ahead by a thread
-    Parallel(launch, workers)         parallel(N): N shares of the stages before it, round-robin
-                                      (tensorcom.pipeline._shares runs them)
+    Parallel(launch, workers)         parallel(N): N portions of the stages before it, round-robin
+                                      (tensorcom.pipeline._portions runs them)
 
 Helpers compute ahead of the consumer, so a node's state is never the helpers' position but the
 position of what the consumer has taken: a map tags each sample with its position and records the
-upstream's state as it hands the sample out; a prefetch and each parallel share send every item with
+upstream's state as it hands the sample out; a prefetch and each parallel portion send every item with
 the state right after it (`_node.with_states`); a parallel stage also records whose turn is next. The
 pools themselves keep no state: a restore starts fresh helpers from the recorded positions.
 """
@@ -150,10 +150,11 @@ class Prefetched(Helped):
 
 
 class Parallel(Helped):
-    """Items of `workers` shares, round-robin: `launch(order, states)` starts the shares listed in
-    `order` (rotation order), share s from position states[s], and returns an iterator of
-    (share, item, share state after it). State: the rotation still to come and each share's position;
-    a share missing from the rotation has ended."""
+    """Items of `workers` portions, round-robin: `launch(order, states)` starts the portions listed in
+    `order` (rotation order), portion s from position states[s], and returns an iterator of
+    (portion, item, portion state after it). State: the rotation still to come and each portion's
+    position (under the key "shares", so that saved states stay loadable); a portion missing from the
+    rotation has ended."""
 
     def __init__(self, launch: Callable[[list[int], list], Iterator[tuple[int, Any, State]]], workers: int):
         self.launch = launch
@@ -167,13 +168,13 @@ class Parallel(Helped):
         if self._helpers is None:
             self._helpers = self.launch(list(self.turn), list(self.states))
         try:
-            share, item, state = next(self._helpers)
+            portion, item, state = next(self._helpers)
         except StopIteration:
             self.turn.clear()
             raise
-        while self.turn[0] != share:
-            self.turn.popleft()  # shares that ended before this one's turn came
-        self.states[share] = state
+        while self.turn[0] != portion:
+            self.turn.popleft()  # portions that ended before this one's turn came
+        self.states[portion] = state
         self.turn.rotate(-1)
         return item
 

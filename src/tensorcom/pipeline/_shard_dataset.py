@@ -137,7 +137,7 @@ class ShardDataset:
 
     def as_torch(self) -> Any:
         """This dataset as a torch.utils.data.IterableDataset (imports torch), for DataLoader and
-        torchdata's StatefulDataLoader: each DataLoader worker then reads its own share of the shards,
+        torchdata's StatefulDataLoader: each DataLoader worker then reads its own portion of the shards,
         and the loader's state_dict() holds each worker's position."""
         from tensorcom._torch_dataset import as_iterable_dataset
 

@@ -3,7 +3,7 @@
 Fill a buffer with `bufsize` samples; then for each new sample yield a buffered one chosen by the rng
 and put the new one in its place; at the end yield the rest in a random order. The rng is
 `stages.sample_rng(seed, epoch, worker, stage, 0)`, so the order is a pure function of the seed, the
-epoch, the share and the input.
+epoch, the portion and the input.
 
 State. The buffer is not saved (it may hold thousands of decoded samples): the state is the upstream's
 position where this shuffle started plus the number of samples yielded since. Restoring replays the

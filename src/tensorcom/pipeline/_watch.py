@@ -1,4 +1,4 @@
-"""The one parent-death watcher of every process tensorcom spawns (map, share and serving workers).
+"""The one parent-death watcher of every process tensorcom spawns (map, portion and serving workers).
 
     enter_worker_process(parent_pid)   first thing in a worker process: ignore Ctrl-C, watch the parent
     on_parent_death(cleanup)           also run cleanup() when the parent is gone, before exiting

@@ -51,13 +51,13 @@ class ServePlan:
 
     def limited(self, target: Any) -> tuple[Any, int | None]:
         """(what to serve, epochs) for `target` (a Pipeline or a picklable factory): cut at each
-        publisher's share of `count` when there is one, else `target` and `epochs` unchanged."""
+        publisher's portion of `count` when there is one, else `target` and `epochs` unchanged."""
         if not self.count:
             return target, self.epochs
-        share = -(-self.count // self.publishers())
+        portion = -(-self.count // self.publishers())
         if isinstance(target, Pipeline):
-            return target.repeat(self.epochs).take(share), 1
-        return Limited(target, self.epochs, share), 1
+            return target.repeat(self.epochs).take(portion), 1
+        return Limited(target, self.epochs, portion), 1
 
     def run(self, target: Any, *, announce: str | None = None) -> dict:
         """Serve `target` (Pipeline, "module:function" or factory) as planned; `announce` names what is

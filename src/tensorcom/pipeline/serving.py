@@ -14,13 +14,13 @@ URLs (brace-expanded; all binding or all connecting; sending schemes only; no in
     per worker — worker i binds urls[i] — and each worker is a group of its own; the receiver connects
     to all of them ("zsub://127.0.0.1:788{0..3}") and ends its epoch after one marker from each.
 
-Every message carries its share (stream id, worker i of N) and the pipeline's epoch, so a receiver
+Every message carries its portion (stream id, worker i of N) and the pipeline's epoch, so a receiver
 records what it was handed (`Connection.state_dict()`); `serve(..., resume=STATE)` serves the same
-stream from that point: worker i passes over (`fast_forward`) the batches of its share the consumer has.
+stream from that point: worker i passes over (`fast_forward`) the batches of its portion the consumer has.
 Batches go out zero-copy (`send(batch, copy=False)`): the pipeline hands each batch over and must not
 modify its arrays after yielding it.
 
-Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its share, whose values
+Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its portion, whose values
 are its counts: messages to the parent (one multiprocessing queue) are ("item", i, (batches, samples))
 after its first batch, then at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i,
 reports) once its connection is closed, or ("error", i, Failure). The parent (a `Supervisor`,
@@ -163,14 +163,14 @@ def send_epochs(pipeline: Pipeline, conn: Any, epochs: int | None, first_epoch: 
 
 
 def fast_forward(batches: Iterator[Any], count: int, epoch: int) -> Iterator[Any]:
-    """`batches` (one epoch of a worker's share) without its first `count`, which a resumed consumer
-    already has; ValueError when the share is shorter (not the pipeline the consumer was fed from).
+    """`batches` (one epoch of a worker's portion) without its first `count`, which a resumed consumer
+    already has; ValueError when the portion is shorter (not the pipeline the consumer was fed from).
     Pipelines are deterministic given (seed, epoch, worker), so this recomputes and drops them; a
     pipeline that restores its own state could take this function's place."""
     skipped = sum(1 for _ in itertools.islice(batches, count))
     if skipped < count:
-        raise ValueError(f"resume: the consumer has {count} batches of epoch {epoch} of this worker's share, "
-                         f"but the share has only {skipped}; is this the pipeline it was fed from?")
+        raise ValueError(f"resume: the consumer has {count} batches of epoch {epoch} of this worker's portion, "
+                         f"but the portion has only {skipped}; is this the pipeline it was fed from?")
     return batches
 
 
@@ -191,18 +191,18 @@ class ServeJob:
 
 def serve_worker(job: ServeJob, index: int, messages: Any, stop: Any, barrier: Any, parent_pid: int) -> None:
     """Body of serving process `index` of job.plan.workers: the worker loop on its one task,
-    `serve_share`; after a failure (posted to `messages`) the process waits for the message to leave
+    `serve_portion`; after a failure (posted to `messages`) the process waits for the message to leave
     and exits 1."""
     enter_worker_process(parent_pid)
-    work = functools.partial(serve_share, job, stop, barrier)
+    work = functools.partial(serve_portion, job, stop, barrier)
     if not worker_loop(work, one_task(index, tag=index, first=None), messages, stop, index):
         messages.close()
         messages.join_thread()
         os._exit(1)
 
 
-def serve_share(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
-    """Build the pipeline, send share `index` epoch by epoch, each message tagged with the share
+def serve_portion(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
+    """Build the pipeline, send portion `index` epoch by epoch, each message tagged with the portion
     (yielding send_epochs's counts), close the connection: its consumers read everything first (for
     at most options["linger"] seconds when not None), or Connection.close raises Undelivered, which
     fails the worker. After a failure or a stop, what is queued is discarded."""
@@ -298,7 +298,7 @@ def resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None)
         return ResumePlan(f"serve-{secrets.token_hex(6)}", workers, first_epoch)
     if plan.workers != workers:
         raise ValueError(f"resume: the consumer was fed by {plan.workers} workers of stream {plan.stream}; "
-                         f"serve with workers={plan.workers}, not {workers} (the shares would differ)")
+                         f"serve with workers={plan.workers}, not {workers} (the portions would differ)")
     if plan.epoch < first_epoch or (epochs is not None and plan.epoch >= first_epoch + epochs):
         served = f"{first_epoch} on" if epochs is None else f"{first_epoch} to {first_epoch + epochs - 1}"
         raise ValueError(f"resume: the consumer is in epoch {plan.epoch} of stream {plan.stream}, "

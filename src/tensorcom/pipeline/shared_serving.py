@@ -1,5 +1,5 @@
 """`tensorcom.serve` to the sharing schemes: with `zshare://` or `zsplit://` URLs the serving process
-runs the sharing server (`tensorcom.transport.sharing.Hub`) and its N workers push their shares to it, so
+runs the sharing server (`tensorcom.transport.sharing.Hub`) and its N workers push their portions to it, so
 one pipeline feeds every consumer that joins (`zjoin://`).
 
     hub = open_hub(urls, min_consumers=2, sharing={"replay": 32})   # None for other schemes

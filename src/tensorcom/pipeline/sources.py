@@ -1,20 +1,20 @@
 """Sources: where a Pipeline's samples come from, split disjointly between workers, ordered per epoch.
 
 A source has `open(*, seed, epoch, worker, num_workers)`, returning a node (tensorcom.pipeline._node:
-an iterator with state_dict / load_state_dict) over its share (`worker` of `num_workers`) of the
-samples of that epoch, and `length(worker, num_workers)`, the size of that share or None when unknown.
+an iterator with state_dict / load_state_dict) over its portion (`worker` of `num_workers`) of the
+samples of that epoch, and `length(worker, num_workers)`, the size of that portion or None when unknown.
 A source written for an earlier version may implement `iterate(...)` (any iterator) instead: it is
 then resumed by iterating again and skipping. Every source is picklable when what it was built from
 is, so a Pipeline can be sent to a spawned process.
 
-    IterableSource(items)          any re-iterable (list, range, dataset...); shares are strides
-    ShardSource(urls, ...)         tar shards read by tensorcom.shards.ShardReader; shares are whole shards
+    IterableSource(items)          any re-iterable (list, range, dataset...); portions are strides
+    ShardSource(urls, ...)         tar shards read by tensorcom.shards.ShardReader; portions are whole shards
     PathSource(paths, ...)         files or URLs read with gopen: {"__key__", "__url__", EXT: bytes}
     FetchSource(urls, threads=8)   like PathSource, the reads done by a thread pool (HTTP downloads)
 
 ImageFolder trees are a source of the images layer: `tensorcom.images.ImageFolderSource`.
 Every source takes `shuffle=True` for a fresh order each epoch, a pure function of (seed, epoch)
-(of the items, or of the shards); it is applied before the split, so the shares stay disjoint.
+(of the items, or of the shards); it is applied before the split, so the portions stay disjoint.
 """
 
 from __future__ import annotations
@@ -44,25 +44,29 @@ class Source:
         return self.open(seed=seed, epoch=epoch, worker=worker, num_workers=num_workers)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
-        """Number of samples in this worker's share, or None when unknown."""
+        """Number of samples in this worker's portion, or None when unknown."""
         return None
 
 
-def share_length(total: int, worker: int, num_workers: int) -> int:
+def portion_length(total: int, worker: int, num_workers: int) -> int:
     """Size of stride `worker` of `num_workers` over `total` items."""
     return len(range(worker, total, num_workers))
 
 
-def share_order(count: int, shuffle: bool, seed: int, epoch: int, worker: int, num_workers: int) -> Sequence[int]:
-    """The indices of share `worker` of `num_workers` of `count` items, in `epoch_order` for (seed, epoch)."""
+def portion_order(count: int, shuffle: bool, seed: int, epoch: int, worker: int, num_workers: int) -> Sequence[int]:
+    """The indices of portion `worker` of `num_workers` of `count` items, in `epoch_order` for (seed, epoch)."""
     return epoch_order(count, shuffle, seed, epoch)[worker::num_workers]
 
 
-def epoch_share(items: Sequence[Any], shuffle: bool, seed: int, epoch: int, worker: int,
-                num_workers: int, read: Callable[[Any], Any] | None = None) -> Indexed:
-    """The items of share `worker` of `num_workers` of a sequence, in `epoch_order` for (seed, epoch),
+def epoch_portion(items: Sequence[Any], shuffle: bool, seed: int, epoch: int, worker: int,
+                  num_workers: int, read: Callable[[Any], Any] | None = None) -> Indexed:
+    """The items of portion `worker` of `num_workers` of a sequence, in `epoch_order` for (seed, epoch),
     each passed through `read` when given."""
-    return Indexed(items, share_order(len(items), shuffle, seed, epoch, worker, num_workers), read)
+    return Indexed(items, portion_order(len(items), shuffle, seed, epoch, worker, num_workers), read)
+
+
+# the old names of the three above, kept for sources written against them
+share_length, share_order, epoch_share = portion_length, portion_order, epoch_portion
 
 
 def _is_sequence(items: Any) -> bool:
@@ -84,12 +88,12 @@ class IterableSource(Source):
 
     def open(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Node:
         if _is_sequence(self.items):
-            return epoch_share(self.items, self.shuffle, seed, epoch, worker, num_workers)
+            return epoch_portion(self.items, self.shuffle, seed, epoch, worker, num_workers)
         return Replayed(lambda: striding(self.items, worker, num_workers))
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
         try:
-            return share_length(len(self.items), worker, num_workers)
+            return portion_length(len(self.items), worker, num_workers)
         except TypeError:
             return None
 
@@ -162,7 +166,7 @@ class PathSource(Source):
         self.shuffle = shuffle
 
     def _urls(self, seed: int, epoch: int, worker: int, num_workers: int) -> Indexed:
-        return epoch_share(self.paths, self.shuffle, seed, epoch, worker, num_workers, read=self._sample)
+        return epoch_portion(self.paths, self.shuffle, seed, epoch, worker, num_workers, read=self._sample)
 
     def _sample(self, url: str) -> dict:
         return path_sample(url, self.read)
@@ -171,7 +175,7 @@ class PathSource(Source):
         return self._urls(seed, epoch, worker, num_workers)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
-        return share_length(len(self.paths), worker, num_workers)
+        return portion_length(len(self.paths), worker, num_workers)
 
 
 class FetchSource(PathSource):

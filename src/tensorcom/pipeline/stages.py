@@ -259,5 +259,5 @@ class FieldTuple:
 
 
 def striding(source: Iterable[Sample], worker: int, num_workers: int) -> Iterator[Sample]:
-    """Yield samples worker, worker + num_workers, ...: this worker's disjoint share of a stream."""
+    """Yield samples worker, worker + num_workers, ...: this worker's disjoint portion of a stream."""
     return itertools.islice(source, worker, None, num_workers)

@@ -1,6 +1,6 @@
 """Shard lists: URL specs → lists of shard URLs; shuffling, splitting across nodes and workers, resampling.
 
-Splitting happens here and only here (`split_index`); the pipeline passes its worker share down.
+Splitting happens here and only here (`split_index`); the pipeline passes its worker portion down.
 
 Spec grammar (strings): `A::B` joins specs; each part is brace-expanded (`train-{000000..000146}.tar`)
 or uses the count shorthand `train-@000147.tar` (147 shards numbered from 0 with 6 digits). Lists and
@@ -92,9 +92,9 @@ def worker_and_count(worker: int | None, num_workers: int | None) -> tuple[int, 
 
 
 def split_index(rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:
-    """The one split of a list between nodes and their workers: (share index, number of shares).
+    """The one split of a list between nodes and their workers: (portion index, number of portions).
 
-    Share `rank + world_size * worker` of `world_size * num_workers` is, taken as a stride, the same as
+    Portion `rank + world_size * worker` of `world_size * num_workers` is, taken as a stride, the same as
     worker `worker`'s stride of node `rank`'s stride, so every item goes to exactly one (node, worker).
     """
     return rank + world_size * worker, world_size * num_workers
@@ -103,7 +103,7 @@ def split_index(rank: int, world_size: int, worker: int, num_workers: int) -> tu
 def split_shards(urls: Sequence[str], rank: int, world_size: int, worker: int = 0,
                  num_workers: int = 1) -> list[str]:
     """The shards of node `rank` and, within it, of `worker`: every shard goes to exactly one pair.
-    ValueError naming rank, world size, worker and shard count when that share is empty."""
+    ValueError naming rank, world size, worker and shard count when that portion is empty."""
     index, count = split_index(rank, world_size, worker, num_workers)
     chosen = list(urls)[index::count]
     if not chosen:
@@ -118,7 +118,7 @@ def epoch_shards(urls: Sequence[str], *, shuffle: bool, seed: int, epoch: int, r
                  world_size: int, worker: int, num_workers: int, resampled: bool = False) -> list[str]:
     """This (node, worker)'s shards for `epoch`: its split of `urls`, shuffled first from (seed, epoch)
     when `shuffle`; or, when `resampled`, as many shards as that split holds drawn at random with
-    replacement from all of `urls`, the draw depending on (seed, epoch, share index)."""
+    replacement from all of `urls`, the draw depending on (seed, epoch, portion index)."""
     if resampled:
         count = len(split_shards(urls, rank, world_size, worker, num_workers))
         rng = epoch_rng(seed, epoch, split_index(rank, world_size, worker, num_workers)[0])

@@ -1,7 +1,7 @@
 """Resuming a served stream where a consumer stopped: what the consumer has consumed (its side) and
 what a restarted server skips (the server's side). Pure: no sockets, no processes.
 
-`tensorcom.serve` tags every message with its `wire.Share` (stream id, worker i of N) and the epoch
+`tensorcom.serve` tags every message with its `wire.Portion` (stream id, worker i of N) and the epoch
 of the pipeline. A receiving `Connection` feeds each delivered batch and each marker to a
 `Consumption`, whose `state_dict()` is JSON-ready:
 
@@ -9,7 +9,9 @@ of the pipeline. A receiving `Connection` feeds each delivered batch and each ma
      "streams": {"serve-1a2b3c": {"workers": 2,            # one entry per served stream
                                   "epoch": 4,              # its first epoch not complete
                                   "shares": [{"epoch": 4, "worker": 0, "batches": 7, "samples": 35,
-                                              "ended": false}, ...]}}}
+                                              "ended": false}, ...]}}}    # one per worker's portion
+
+(The key "shares", like the messages' `share` metadata key, keeps its name: saved states stay loadable.)
 
 A server restarted from it (`ResumePlan.from_state`) serves the same stream id with the same number
 of workers, from that epoch on, worker i first skipping the `batches` of each (epoch, i) the
@@ -31,7 +33,7 @@ STATE_VERSION = 1
 @dataclass
 class _Portion:
     """What was consumed of one worker's portion of one epoch (the part of the data that worker
-    serves; the state dict's "shares" and wire.Share keep the old word, for compatibility)."""
+    serves)."""
 
     batches: int = 0
     samples: int = 0
@@ -57,39 +59,40 @@ class _Stream:
 class Consumption:
     """The consumer's record of what it was handed, per served stream, epoch and worker.
 
-    `batch(share, epoch, samples)` for each delivered batch with a share, `marker(share, epoch)` for
-    each end-of-epoch marker with one; `state_dict()` / `load_state_dict()` (layout: module docstring).
+    `batch(portion, epoch, samples)` for each delivered batch with a portion (a wire.Portion),
+    `marker(portion, epoch)` for each end-of-epoch marker with one; `state_dict()` /
+    `load_state_dict()` (layout: module docstring).
     """
 
     def __init__(self) -> None:
         self.streams: dict[str, _Stream] = {}
         self.passes = 0
 
-    def _portion(self, share: Any, epoch: int) -> _Portion:
-        stream = self.streams.setdefault(share.stream, _Stream(share.workers, epoch))
-        if stream.workers != share.workers:  # the stream was restarted with another worker count
-            stream = self.streams[share.stream] = _Stream(share.workers, epoch)
+    def _portion(self, portion: Any, epoch: int) -> _Portion:
+        stream = self.streams.setdefault(portion.stream, _Stream(portion.workers, epoch))
+        if stream.workers != portion.workers:  # the stream was restarted with another worker count
+            stream = self.streams[portion.stream] = _Stream(portion.workers, epoch)
         stream.epoch = min(stream.epoch, epoch)
-        return stream.portions.setdefault((epoch, share.worker), _Portion())
+        return stream.portions.setdefault((epoch, portion.worker), _Portion())
 
-    def batch(self, share: Any, epoch: int, samples: int) -> None:
-        """Record a batch of `samples` samples of worker share.worker's portion of `epoch`."""
-        record = self._portion(share, epoch)
+    def batch(self, portion: Any, epoch: int, samples: int) -> None:
+        """Record a batch of `samples` samples of worker portion.worker's portion of `epoch`."""
+        record = self._portion(portion, epoch)
         record.batches += 1
         record.samples += samples
 
-    def marker(self, share: Any, epoch: int) -> None:
-        """Record that worker share.worker ended `epoch`."""
-        self._portion(share, epoch).ended = True
-        self.streams[share.stream].complete_epochs()
+    def marker(self, portion: Any, epoch: int) -> None:
+        """Record that worker portion.worker ended `epoch`."""
+        self._portion(portion, epoch).ended = True
+        self.streams[portion.stream].complete_epochs()
 
     def state_dict(self) -> dict:
         """The JSON-ready record (module docstring)."""
         streams = {}
         for name, stream in self.streams.items():
-            shares = [{"epoch": e, "worker": w, "batches": r.batches, "samples": r.samples, "ended": r.ended}
-                      for (e, w), r in sorted(stream.portions.items())]
-            streams[name] = {"workers": stream.workers, "epoch": stream.epoch, "shares": shares}
+            portions = [{"epoch": e, "worker": w, "batches": r.batches, "samples": r.samples, "ended": r.ended}
+                        for (e, w), r in sorted(stream.portions.items())]
+            streams[name] = {"workers": stream.workers, "epoch": stream.epoch, "shares": portions}
         return {"version": STATE_VERSION, "passes": self.passes, "streams": streams}
 
     def load_state_dict(self, state: dict) -> None:

@@ -10,7 +10,7 @@ be Ray programs (any framework; another language through docs/protocol.md). Guid
 
 The driver (the calling process) runs a sharing server (tensorcom.transport.sharing.Hub) bound to the
 trainer-facing zshare/zsplit URL, its input on tcp on the driver's node. Actor i of N (ServerActor)
-builds share i of N of the pipeline and pushes it there through a Connection tagged with its share
+builds portion i of N of the pipeline and pushes it there through a Connection tagged with its portion
 (stream, i, N); the N actors form one marker group. Epoch by epoch the driver calls `run` on every
 actor, then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch
 e+1 starts everything of epoch e is in the hub.
@@ -18,7 +18,7 @@ e+1 starts everything of epoch e is in the hub.
 Restart without loss: Ray restarts a dead actor (`max_restarts`); its new incarnation is a new
 sender. The driver sees the failed call (or, between calls, a new sender id from `hello`), and calls
 `hub.server.handover(stream, i, N, retire=[old sender])`: from then on whatever still arrives from
-the dead incarnation is dropped, and the returned ResumePlan holds how many batches of share i the
+the dead incarnation is dropped, and the returned ResumePlan holds how many batches of portion i the
 hub took in each unfinished epoch. The new incarnation serves those epochs again, passing over
 exactly that many (serving.fast_forward; pipelines are deterministic given seed, epoch and worker),
 and ends each once more. With connecting URLs (zpush, zrpub: actors push straight to a trainer that

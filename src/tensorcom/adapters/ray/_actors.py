@@ -33,7 +33,7 @@ def node_address(ray: Any) -> str:
 
 class PipelineFeed:
     """A pipeline spec (Pipeline, "module:function", "file.py:function", factory): `open(i, n)` builds
-    share i of n in the actor. Deterministic given (seed, epoch, worker): restarts are exact."""
+    portion i of n in the actor. Deterministic given (seed, epoch, worker): restarts are exact."""
 
     resumable = True
 
@@ -46,7 +46,7 @@ class PipelineFeed:
 
 
 class DatasetFeed:
-    """One Ray Data iterator (a part of `streaming_split`) as a share: each epoch is one pass of its
+    """One Ray Data iterator (a part of `streaming_split`) as a portion: each epoch is one pass of its
     iter_batches, dicts of numpy arrays (columns of strings or objects as lists). Ray Data's order is
     not reproducible, so it is not resumable."""
 
@@ -71,7 +71,7 @@ class DatasetFeed:
 
 @dataclass(frozen=True)
 class ActorJob:
-    """What every actor is given: `urls` to connect to, the `stream` id and `workers` N (its share tag
+    """What every actor is given: `urls` to connect to, the `stream` id and `workers` N (its portion tag
     and marker group), Connection `options` (with "linger"), and the driver's working directory
     (searched first for "module:function", as on the driver)."""
 
@@ -105,15 +105,15 @@ class Stored:
 
 
 class ServerActor:
-    """One Ray actor: share `index` of job.workers. Its methods run one at a time, in the order the
-    driver calls them. hello() -> (sender id, pid, node, last epoch served) builds the share and its
+    """One Ray actor: portion `index` of job.workers. Its methods run one at a time, in the order the
+    driver calls them. hello() -> (sender id, pid, node, last epoch served) builds the portion and its
     Connection on the first call (in a restarted actor: again, a new sender); run(first, last, skips)
     sends epochs first..last, passing over skips[e] batches of epoch e, each epoch followed by its
     marker, and returns the (batches, samples) sent; close() lets queued messages leave."""
 
     def __init__(self, feed: Stored, index: int, job: ActorJob):
         self.feed, self.index, self.job = feed, index, job
-        self.share: Any = None
+        self.portion: Any = None
         self.conn: Any = None
         self.served: int | None = None
 
@@ -123,7 +123,7 @@ class ServerActor:
 
             if os.path.isdir(self.job.cwd) and self.job.cwd not in sys.path:
                 sys.path.insert(0, self.job.cwd)
-            self.share = self.feed.get().open(self.index, self.job.workers)
+            self.portion = self.feed.get().open(self.index, self.job.workers)
             options = {key: value for key, value in self.job.options.items() if key != "linger"}
             self.conn = Connection(self.job.urls, group=self.job.stream, group_size=self.job.workers,
                                    share=(self.job.stream, self.index, self.job.workers), **options)
@@ -132,14 +132,14 @@ class ServerActor:
     def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int]:
         self.hello()
         counts = (0, 0)
-        for counts in send_epochs(self.share, self.conn, last - first + 1, first, _Never(), _Never(), skips):
+        for counts in send_epochs(self.portion, self.conn, last - first + 1, first, _Never(), _Never(), skips):
             pass
         self.served = last if self.served is None else max(last, self.served)
         return counts
 
     def close(self) -> None:
         if self.conn is not None:
-            self.share.close()
+            self.portion.close()
             self.conn.close(linger=self.job.options["linger"])
             self.conn = None
 

@@ -1,12 +1,12 @@
 """The driver of tensorcom.ray: Serving, the thread in the calling process that orders the epochs,
-watches its actors, and hands a dead actor's share over to its restarted incarnation.
+watches its actors, and hands a dead actor's portion over to its restarted incarnation.
 
 Epoch by epoch the driver calls `run` on every actor (tensorcom.adapters.ray._actors.ServerActor),
 then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch e+1
 starts everything of epoch e is in the hub. An actor that died (a failed call, or between calls a new
 sender id from `hello`) is waited for while Ray restarts it; then `hub.server.handover(stream, i, N,
 retire=[old sender])` drops whatever still arrives from the dead incarnation and says how many
-batches of share i the hub took in each unfinished epoch, and the new incarnation serves those
+batches of portion i the hub took in each unfinished epoch, and the new incarnation serves those
 epochs again, passing over exactly that many. Without a hub (connecting URLs) or with a feed that is
 not resumable (Ray Data), a dead actor ends the serve with WorkerDied.
 
@@ -81,7 +81,7 @@ class Serving:
         self.reports = RateReport(plan.report, plan.on_report, plan.hub)
 
     def launch(self, name: str | None) -> Serving:
-        """Create the actors, wait until each has built its share, start the driver thread; with
+        """Create the actors, wait until each has built its portion, start the driver thread; with
         `name`, register the URLs for endpoints(name)."""
         atexit.register(self.close)
         self.host = node_address(self.ray)
@@ -192,7 +192,7 @@ class Serving:
 
     def _probe(self, epoch: int) -> None:
         """While the hub waits for the end of `epoch`: ask each actor who it is; a new incarnation
-        has lost what its predecessor had queued, so it takes the share over (restart)."""
+        has lost what its predecessor had queued, so it takes the portion over (restart)."""
         for m in self.members:
             m.probe = m.probe or m.actor.hello.remote()
         ready, _ = self.ray.wait([m.probe for m in self.members], num_returns=len(self.members), timeout=POLL)
@@ -205,10 +205,10 @@ class Serving:
                 self._restart(m, epoch)
 
     def _restart(self, m: Member, epoch: int) -> None:
-        """Member m's actor died during or after `epoch`: once Ray has it back, hand its share over
+        """Member m's actor died during or after `epoch`: once Ray has it back, hand its portion over
         and have it serve what the hub has not taken (module docstring)."""
         if self.hub is None or not all(feed.resumable for feed in self.feeds):
-            raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) died; serving its share again "
+            raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) died; serving its portion again "
                              "without loss or repeats needs a zshare:// or zsplit:// URL and a pipeline")
         sender, pid, node, served = self._hello_again(m)
         if sender == m.sender:  # the same incarnation: a call was lost, not the actor
@@ -220,7 +220,8 @@ class Serving:
                                         retire=[m.sender])
         skips = {e: self._resumed(e, m.index) + plan.skip(e, m.index) for e in range(plan.epoch, epoch + 1)}
         print(f"tensorcom.ray: serving actor {m.index} (pid {m.pid} on {m.node}) died; restarted as pid {pid} on "
-              f"{node}, it serves epochs {plan.epoch}..{epoch} of share {m.index} again, passing over {skips} batches",
+              f"{node}, it serves epochs {plan.epoch}..{epoch} of portion {m.index} again, passing over {skips} "
+              f"batches",
               file=sys.stderr, flush=True)
         m.sender, m.pid, m.node = sender, pid, node
         self.restarts += 1

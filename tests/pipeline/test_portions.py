@@ -1,5 +1,5 @@
-"""Pipeline.parallel / shard_parallel: whole shares in processes, round-robin order, errors, deaths, cleanup
-(the parent-death test of share workers is in test_workers, beside the map workers')."""
+"""Pipeline.parallel / shard_parallel: whole portions in processes, round-robin order, errors, deaths, cleanup
+(the parent-death test of portion workers is in test_workers, beside the map workers')."""
 
 import multiprocessing
 import os
@@ -11,7 +11,7 @@ import pytest
 
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline._shares import shard_parallel
+from tensorcom.pipeline._portions import shard_parallel
 
 INIT_FLAG = {"value": "unset"}
 
@@ -62,7 +62,7 @@ def test_processes_and_threads_give_the_same_batches_round_robin():
     threads = [b.tolist() for b in seeded().parallel(2, processes=False)]
     procs = [b.tolist() for b in seeded().parallel(2)]
     assert threads == procs
-    assert len(procs) == len(seeded().parallel(2)) == 8  # shares of 19 and 18 -> 4 batches each
+    assert len(procs) == len(seeded().parallel(2)) == 8  # portions of 19 and 18 -> 4 batches each
     assert [len(b) for b in procs] == [5, 5, 5, 5, 5, 5, 4, 3]
     plain = [b.tolist() for b in Pipeline(range(37)).batch(5).parallel(2)]
     assert plain[:2] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]] and plain[-1] == [31, 33, 35]
@@ -77,7 +77,7 @@ def test_every_sample_once_and_shards_nest():
     assert sorted(halves[0] + halves[1]) == list(range(50)) and not set(halves[0]) & set(halves[1])
 
 
-def test_shard_parallel_order_is_round_robin_and_uneven_shares_drop_out():
+def test_shard_parallel_order_is_round_robin_and_uneven_portions_drop_out():
     assert list(shard_parallel(numbers, workers=3, processes=False)) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert list(shard_parallel(numbers, workers=4, processes=False)) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 
@@ -103,7 +103,7 @@ def test_init_runs_in_each_worker_process_first():
 
 
 @pytest.mark.procs
-def test_error_in_a_share_is_a_worker_error_with_key_and_traceback():
+def test_error_in_a_portion_is_a_worker_error_with_key_and_traceback():
     samples = [{"__key__": f"k{i}", "i": i} for i in range(12)]
     with pytest.raises(WorkerError, match="seven is bad") as info:
         list(Pipeline(samples).map(fail_on_seven).batch(2).parallel(2))
@@ -112,7 +112,7 @@ def test_error_in_a_share_is_a_worker_error_with_key_and_traceback():
 
 
 @pytest.mark.procs
-def test_killed_share_worker_is_reported_within_seconds():
+def test_killed_portion_worker_is_reported_within_seconds():
     start = time.monotonic()
     with pytest.raises(WorkerDied, match="signal 9"):
         list(Pipeline(range(40)).map(kill_on_five).batch(2).parallel(2))
@@ -121,7 +121,7 @@ def test_killed_share_worker_is_reported_within_seconds():
 
 @pytest.mark.procs
 def test_unpicklable_item_is_a_worker_error():
-    with pytest.raises(WorkerError, match=r"cannot send item 0 of share [01] to the parent"):
+    with pytest.raises(WorkerError, match=r"cannot send item 0 of portion [01] to the parent"):
         list(Pipeline(range(4)).map(unpicklable).parallel(2))
 
 
@@ -170,5 +170,5 @@ def test_a_source_that_cannot_be_pickled_fails_at_start_and_leaves_no_process():
 def test_repeat_after_parallel_runs_new_epochs_and_len_counts_them():
     pipeline = Pipeline(range(10), seed=1).map(noisy, rng=True).batch(3).parallel(2, processes=False).repeat(2)
     batches = [b.tolist() for b in pipeline]
-    assert len(batches) == len(pipeline) == 8  # shares of 5 -> 2 batches each, twice
+    assert len(batches) == len(pipeline) == 8  # portions of 5 -> 2 batches each, twice
     assert batches[:4] != batches[4:]  # the second pass is epoch 1: other random draws

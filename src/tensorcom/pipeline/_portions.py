@@ -1,26 +1,26 @@
-"""Whole pipeline shares in worker threads or spawned processes, handing back finished items (batches).
+"""Whole pipeline portions in worker threads or spawned processes, handing back finished items (batches).
 
     shard_parallel(make, workers=N, processes=True, buffer=2, init=None)
 
-`make(i, n)` is a picklable callable returning the iterator of share `i` of `n` (for a Pipeline: its
-upstream stages on `shard(i, n)`); each worker runs one share from the source through maps and
+`make(i, n)` is a picklable callable returning the iterator of portion `i` of `n` (for a Pipeline: its
+upstream stages on `shard(i, n)`); each worker runs one portion from the source through maps and
 batching, as a torch DataLoader worker does, so only finished items (typically batches) cross the
 process boundary: once each, pickle protocol 5 with out-of-band buffers over a pipe of its own
 (tensorcom.pipeline._pipes), so a batch of arrays is copied once into the pipe and once out of it.
 
 Order. Items are taken round-robin: item 0 of worker 0, item 0 of worker 1, ..., item 1 of worker
-0, ...; a worker whose share is exhausted drops out of the rotation. The order is therefore a pure
-function of the shares, the same with threads (processes=False) as with processes.
+0, ...; a worker whose portion is exhausted drops out of the rotation. The order is therefore a pure
+function of the portions, the same with threads (processes=False) as with processes.
 
 Messages. Each worker runs the one worker loop (tensorcom.pipeline._loop) on a single task, its
-share: ("item", i, x) for each item, then ("end", i, count) or ("error", i, Failure). A worker
+portion: ("item", i, x) for each item, then ("end", i, count) or ("error", i, Failure). A worker
 process computes ahead by at most `buffer` items (a _pipes.BufferedSender: a bounded queue drained
 by a thread that pickles and writes), so memory stays bounded whatever the consumer's speed.
 
 Shutdown. Workers start on the first next(); whatever ends the iteration (exhaustion, `close()`, an
 exception) sets the stop event and joins them; processes still alive a second later are terminated,
 then killed. Processes are spawned (never forked), ignore SIGINT, and leave by themselves when their
-parent disappears (tensorcom.pipeline._watch). A failing share raises errors.WorkerError with the
+parent disappears (tensorcom.pipeline._watch). A failing portion raises errors.WorkerError with the
 worker's traceback and the sample key when known; a process that dies without a word raises
 errors.WorkerDied within _loop.POLL seconds of the consumer waiting on it.
 """
@@ -43,8 +43,8 @@ from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.workers import check_picklable, check_sizes
 
 
-class _Share:
-    """The work of share worker `ident` of `count`: its payload is `ident`, its values make(ident, count)."""
+class _Portion:
+    """The work of portion worker `ident` of `count`: its payload is `ident`, its values make(ident, count)."""
 
     def __init__(self, make: Callable, count: int):
         self.make, self.count = make, count
@@ -56,15 +56,15 @@ class _Share:
 def process_main(make: Callable, ident: int, count: int, writer: Any, stop: Any, buffer: int,
                  init: Callable[[], Any] | None, parent_pid: int) -> None:
     """Entry point of a worker process: ignore Ctrl-C, watch the parent, then run `init` and the
-    share through the worker loop, its messages leaving through a BufferedSender on `writer`."""
+    portion through the worker loop, its messages leaving through a BufferedSender on `writer`."""
     enter_worker_process(parent_pid)
 
     def unsendable(exc: Exception, sent: int) -> tuple:
-        what = f"cannot send item {sent} of share {ident} to the parent: {exc!r}"
+        what = f"cannot send item {sent} of portion {ident} to the parent: {exc!r}"
         return ("error", ident, Failure.capture(exc, ident, sent, message=what))
 
     sender = procpipe.BufferedSender(writer, buffer, stop, unsendable)
-    work = _Share(make, count)
+    work = _Portion(make, count)
     if init is not None:
         work = _after(init, work)
     worker_loop(work, one_task(ident, tag=ident), sender, stop, ident)
@@ -72,7 +72,7 @@ def process_main(make: Callable, ident: int, count: int, writer: Any, stop: Any,
 
 
 def _after(init: Callable[[], Any], work: Callable) -> Callable:
-    """`work`, with init() called first (so that a failing init is the share's failure)."""
+    """`work`, with init() called first (so that a failing init is the portion's failure)."""
 
     def started(payload: Any) -> Any:
         init()
@@ -81,8 +81,8 @@ def _after(init: Callable[[], Any], work: Callable) -> Callable:
     return started
 
 
-class _Shares:
-    """Running share workers (threads or spawned processes) and the consumer's ends of their outputs."""
+class _Portions:
+    """Running portion workers (threads or spawned processes) and the consumer's ends of their outputs."""
 
     def __init__(self, make: Callable, count: int, processes: bool, buffer: int, init: Callable | None):
         self.processes, self.closed = processes, False
@@ -103,8 +103,8 @@ class _Shares:
             return
         self.stop = threading.Event()
         self.queues = [queue.Queue(buffer) for _ in range(count)]
-        self.workers = [threading.Thread(target=worker_loop, daemon=True, name=f"tensorcom-share-{i}",
-                                         args=(_Share(make, count), one_task(i, tag=i), self.queues[i], self.stop, i))
+        self.workers = [threading.Thread(target=worker_loop, daemon=True, name=f"tensorcom-portion-{i}",
+                                         args=(_Portion(make, count), one_task(i, tag=i), self.queues[i], self.stop, i))
                         for i in range(count)]
         for worker in self.workers:
             worker.start()
@@ -114,7 +114,7 @@ class _Shares:
         """Start worker process `ident` with a pipe of its own."""
         proc, reader = procpipe.spawn_with_pipe(
             ctx, process_main, lambda writer: (make, ident, count, writer, self.stop, buffer, init, os.getpid()),
-            f"tensorcom-share-{ident}", handover)
+            f"tensorcom-portion-{ident}", handover)
         self.readers.append(reader)
         self.workers.append(proc)
 
@@ -126,7 +126,7 @@ class _Shares:
                     return self.queues[ident].get(timeout=POLL)
                 except queue.Empty:
                     if not self.workers[ident].is_alive() and self.queues[ident].empty():
-                        raise died("share worker", ident, self.workers[ident]) from None
+                        raise died("portion worker", ident, self.workers[ident]) from None
                     continue
             reader, proc = self.readers[ident], self.workers[ident]
             if mpc.wait([reader, proc.sentinel], POLL):
@@ -134,7 +134,7 @@ class _Shares:
                     return procpipe.receive(self.streams[ident])
                 except EOFError:
                     proc.join(timeout=1.0)
-                    raise died("share worker", ident, proc) from None
+                    raise died("portion worker", ident, proc) from None
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes alive after ~1 s are terminated, then killed."""
@@ -150,30 +150,30 @@ class _Shares:
 
 def shard_parallel(make: Callable[[int, int], Any], *, workers: int, processes: bool = True, buffer: int = 2,
                    init: Callable[[], Any] | None = None) -> Iterator:
-    """Yield the items of shares 0..workers-1 of `make(i, workers)`, round-robin, each share computed
+    """Yield the items of portions 0..workers-1 of `make(i, workers)`, round-robin, each portion computed
     by a thread or (processes=True) a spawned process that starts on the first next(). Each worker
     runs ahead by at most `buffer` items; `init()` runs first in each worker process (not in
     threads). Raises WorkerError / WorkerDied as the module docstring says."""
     check_sizes(workers, buffer)
     if processes:
-        check_picklable(make, "share function")
+        check_picklable(make, "portion function")
         if init is not None:
             check_picklable(init, "init function")
     return _rotate(make, workers, processes, buffer, init)
 
 
 def _rotate(make: Callable, workers: int, processes: bool, buffer: int, init: Callable | None) -> Iterator:
-    shares = _Shares(make, workers, processes, buffer, init)
+    portions = _Portions(make, workers, processes, buffer, init)
     try:
         turn = deque(range(workers))
         while turn:
-            kind, _, value = shares.get(turn[0])
+            kind, _, value = portions.get(turn[0])
             if kind == "item":
                 yield value
                 turn.rotate(-1)
             elif kind == "end":
                 turn.popleft()
             else:
-                raise value.error("share worker")
+                raise value.error("portion worker")
     finally:
-        shares.close()
+        portions.close()
