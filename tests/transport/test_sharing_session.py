@@ -163,3 +163,47 @@ def test_departed_consumers_are_bounded():
         book.disconnect(i, 0.0)
     book.expire(1.0, 1.0)
     assert len(book.departed) == MAX_DEPARTED and 0 not in book.departed
+
+
+def test_the_window_counts_from_the_last_sign_of_life_not_from_the_drop():
+    session = joined()  # connected at 0.0
+    session.heard(1.0)
+    session.disconnected(9.0, silence=5.0)  # dropped by a heartbeat timeout: quiet since 4.0 at least
+    assert session.down_since == 4.0
+    assert not session.unreachable(13.9, 10.0) and session.unreachable(14.0, 10.0)
+    session.connected(20.0)
+    session.heard(30.0)
+    session.disconnected(31.0, silence=5.0)  # a reset right after a message: alive until 30.0
+    assert session.down_since == 30.0 and not session.unreachable(39.9, 10.0) and session.unreachable(40.0, 10.0)
+    session.connected(50.0)
+    session.disconnected(51.0)  # no silence given: from the drop itself
+    assert session.down_since == 51.0
+
+
+def test_split_is_done_only_when_every_end_is_acknowledged_and_a_lost_end_comes_again():
+    book, stream = SplitBook(replay=100), Stream()
+    book.join("a", "a", 2)
+    feed(book, stream, "be")
+    book.end_stream()
+    book.ack("a", book.sends()[0].number)
+    end = book.sends()
+    assert [s.item.is_end for s in end] == [True]
+    assert not book.done()  # the end may be lost in a reset: no bye before it is acknowledged
+    book.disconnect("a", 0.0)
+    book.resume("a", 1)  # reconnected without it
+    again = book.sends()
+    assert [(s.number, s.item.is_end) for s in again] == [(end[0].number, True)]
+    book.ack("a", again[0].number)
+    assert book.done()
+
+
+def test_share_is_done_only_when_every_end_is_acknowledged():
+    book, stream = ShareBook(replay=100), Stream()
+    book.join("a", "a", 2)
+    feed(book, stream, "be")
+    book.end_stream()
+    sends = book.sends()
+    book.ack("a", sends[0].number)
+    assert not book.done()
+    book.ack("a", sends[1].number)
+    assert book.done()

@@ -114,6 +114,10 @@ class Consumer:
         """Batches delivered or to deliver again, not acknowledged."""
         return self.outstanding + sum(not item.is_end for item in self.resend)
 
+    def settled(self) -> bool:
+        """Everything delivered to this consumer, epoch ends too, was acknowledged."""
+        return not self.unacked and not self.resend
+
     def first_needed(self) -> int:
         """Share mode: the lowest item index this consumer still needs (unacknowledged or unsent)."""
         if self.unacked:

@@ -5,13 +5,14 @@ the time, and does what it answers.
 
     session.connected(now) -> bool        the connection is up (handshake done); True: send a join again
     session.join_fields() -> dict         what the join says of the session: {server, upto} once it has one
-    session.disconnected(now)             the connection closed; the session waits for it
+    session.heard(now)                    a message of the server arrived (a sign of life)
+    session.disconnected(now, silence)    the connection closed; the session waits for it
     session.joining() -> int              a join is sent: its number (its welcome echoes it)
     session.answers(j) -> bool            is a welcome answering join j the one to wait for?
     session.rejoin()                      join again on a live connection (after a pause): wait for it
     session.welcome(server, resumed, n)   the server's welcome -> CONTINUED or NEW (a new session)
     session.accept(n) -> bool             take delivery n? (False: a duplicate, a gap, an old session's)
-    session.unreachable(now, liveness)    down for the whole liveness window
+    session.unreachable(now, liveness)    no sign of life for the whole liveness window, and down
     session.excuse(now)                   PeerLost was raised: the next verdict waits another window
 
 Numbers: the server numbers its deliveries (batches and epoch ends) 1, 2, ... per session and, after
@@ -24,6 +25,11 @@ a pause of the consumer (`rejoin`: it joins again on a live connection): the ser
 the session up meanwhile (split: handed what waits in the queue to other consumers). A
 welcome that goes on with the session never moves `last` back (two joins answered in turn: the
 second one's resends are duplicates).
+
+The liveness clock counts from the server's last sign of life, not from the moment the connection
+was found dead: a connection dropped because it stayed silent for `silence` seconds (the heartbeat
+timeout: a partition, a vanished host) was last alive that long before, or when its last message
+came, whichever is later. So PeerLost comes `liveness` seconds after the peer went quiet.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ class ServerSession:
         self.server: str | None = None
         self.last = 0  # the number of the last delivery taken
         self.up = False  # the connection is up (ZMTP handshake done)
-        self.down_since: float | None = None  # when it closed; None while up or never connected
+        self.down_since: float | None = None  # the server's last sign of life before the connection closed
+        self.heard_at: float | None = None  # when the server's last message came (or the connection came up)
         self.resuming = False  # reconnected and joined again; the server's answer has not come
         self.connects = 0
         self.joins = 0  # joins sent (numbered: a welcome names the one it answers)
@@ -50,7 +57,7 @@ class ServerSession:
     def connected(self, now: float) -> bool:
         """The connection is up; True when this is a reconnect (send `join` again)."""
         self.connects += 1
-        self.up, self.down_since = True, None
+        self.up, self.down_since, self.heard_at = True, None, now
         self.resuming = self.connects > 1
         return self.resuming
 
@@ -69,10 +76,17 @@ class ServerSession:
         """What a join says of the session: the server it is with and the last delivery it took."""
         return {} if self.server is None else {"server": self.server, "upto": self.last}
 
-    def disconnected(self, now: float) -> None:
-        """The connection closed (ZeroMQ reconnects by itself)."""
+    def heard(self, now: float) -> None:
+        """A message of the server arrived."""
+        self.heard_at = now
+
+    def disconnected(self, now: float, silence: float = 0.0) -> None:
+        """The connection closed (ZeroMQ reconnects by itself); a dead connection is dropped after
+        `silence` s without a sign of life, so the server was last alive at the later of `now - silence`
+        and its last message."""
         if self.up or self.down_since is None:
-            self.up, self.down_since = False, now
+            last = now - silence if self.heard_at is None else max(self.heard_at, now - silence)
+            self.up, self.down_since = False, min(last, now)
 
     def joining(self) -> int:
         """A join is sent: its number (the server's welcome says which join it answers)."""
@@ -108,7 +122,8 @@ class ServerSession:
         self.server = None
 
     def unreachable(self, now: float, liveness: float | None) -> bool:
-        """True when the connection has been down for the whole liveness window."""
+        """True when the connection is down and the server's last sign of life is a whole liveness
+        window old."""
         return liveness is not None and not self.up and self.down_since is not None and now - self.down_since >= liveness
 
     def excuse(self, now: float) -> None:

@@ -9,7 +9,7 @@ The server feeds a book the stream it serves and the consumers' messages, and se
     book.can_take()                                may the server take the next item of its stream?
     book.add(item)                                 the next item: a batch or an epoch's end
     book.sends() -> [Send]                         what to send now, within every consumer's credit
-    book.done()                                    the stream has ended and everything was consumed
+    book.done()                                    the stream ended; everything, ends too, was acknowledged
     book.disconnect(peer, now)                     its connection closed: nothing is sent to it meanwhile
     book.resume(peer, upto) -> Welcome | None      it reconnected: its session goes on (None: join anew)
     book.expire(now, window) -> [peer]             remove those down for `window` s (kept as departed)
@@ -258,8 +258,9 @@ class ShareBook(_Book):
         return result
 
     def done(self) -> bool:
-        """The stream ended and every consumer has had and acknowledged all of it."""
-        return self.ended and all(c.cursor == self.head and not c.pending_batches() for c in self.consumers.values())
+        """The stream ended and every consumer has had and acknowledged all of it, its epoch ends too
+        (an end lost in a reset is sent again when the consumer resumes, before the server says bye)."""
+        return self.ended and all(c.cursor == self.head and c.settled() for c in self.consumers.values())
 
     def undelivered(self) -> dict[str, int]:
         """Per consumer name: batches not yet acknowledged (sent or not)."""
@@ -348,7 +349,9 @@ class SplitBook(_Book):
         return result
 
     def done(self) -> bool:
-        return self.ended and self.closing is None and not self.pending and not self._outstanding()
+        """The stream ended, every batch was acknowledged and every consumer acknowledged its ends."""
+        return (self.ended and self.closing is None and not self.pending
+                and all(c.settled() for c in self.consumers.values()))
 
     def undelivered(self) -> dict[str, int]:
         """Batches not acknowledged by anyone: pending ones under "(nobody)", the rest per consumer."""

@@ -18,9 +18,10 @@ Reconnects: a session outlives its connection (the rules: `_session`). After Zer
 reconnects, the consumer joins again naming the server and the last delivery it took; the server
 goes on with the session and sends again what was not acknowledged; duplicates are dropped by
 number, so the caller gets every batch once, in order. Liveness: ZMTP heartbeats on each socket and
-a socket monitor. When the pass waits only on servers whose connection has been down for the whole
-`liveness` window (killed, host gone, a long partition), `next()` raises PeerLost naming them; the
-pass is not over: a server that comes back goes on with its session, and the next call continues
+a socket monitor. When the pass waits only on servers whose connection is down and that gave no
+sign of life (a message, or the connection before its heartbeat timeout) for the whole `liveness`
+window (killed, host gone, a long partition), `next()` raises PeerLost naming them; the pass is not
+over: a server that comes back goes on with its session, and the next call continues
 (the one after waits another window). A server that answers a reconnect with a new session (a
 restarted server: a new id, or one that gave this consumer up) ends the pass with PeerLost; the new
 session belongs to the next pass. Between passes the same holds for the servers the consumer has
@@ -120,6 +121,7 @@ class Joiner:
         sock.sndhwm = sock.rcvhwm = 0  # the server's credit bounds what is queued
         sock.setsockopt(zmq.ROUTING_ID, self.session_id.encode())  # a reconnect is the same peer
         set_heartbeats(sock, self.liveness)
+        self._silence = sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000  # a dead connection is dropped after this
         if self.liveness is not None:
             sock.setsockopt(zmq.CONNECT_TIMEOUT, RECONNECT_MS)  # back within a second of a healed partition
         if secure is not None:
@@ -190,6 +192,7 @@ class Joiner:
         """Read one message of `link`; a batch ready for the caller, or None. DecodeError naming the
         server's URL for a malformed message."""
         frames = link.sock.recv_multipart(copy=False)
+        link.session.heard(time.monotonic())
         if self._paused(time.monotonic()):  # paused since the poll: what was queued waits for the answer
             self._rejoin()
         try:
@@ -308,7 +311,7 @@ class Joiner:
                 if link.session.connected(time.monotonic()):
                     self._join(link)
             elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
-                link.session.disconnected(time.monotonic())
+                link.session.disconnected(time.monotonic(), self._silence)
 
     def _pass_complete(self) -> bool:
         taking_part = [link for link in self.links if link.in_pass]
