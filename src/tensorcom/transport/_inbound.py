@@ -241,6 +241,14 @@ class Inbound:
 
     # ---- waiting ----------------------------------------------------------------------------
 
+    def tend(self) -> None:
+        """For a caller that polls the socket itself (a sharing server's input, which never raises
+        PeerLost): apply the link's events, send the confirmations owed, and release held messages
+        whose gap has filled (next_ready() has them)."""
+        self._link_events()
+        self.flush()
+        self._release_due()
+
     def _wait(self, hint: str) -> list | None:
         """Poll until a message is readable; check liveness between steps."""
         millis = self.sock.getsockopt(zmq.RCVTIMEO)

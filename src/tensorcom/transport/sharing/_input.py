@@ -5,10 +5,22 @@ ends an epoch after N markers), and each epoch's end becomes one item of the ser
 batches taken of each share (stream, epoch, worker) are counted, so that a restarted worker can take
 its share over where its predecessor stopped (`handover`). The control frame `finish` (optionally
 with "ends": epochs to wait for first) ends the stream; batches sent after the last marker get an end.
+
+Sessions: an input that is a tcp or ipc socket (a Hub's, fed by serving workers or tensorcom.ray's
+actors) takes its messages through an `Inbound`, as a plain receiving Connection does: it links to
+each sender's acknowledgement socket and confirms what it took, drops a sender's resends of what it
+already has, and holds a marker until the batches a dropped connection lost before it are resent;
+`InputOrder` then passes each sender's messages on in the order they were sent. So a connection
+between a sender and the server that drops or stalls loses, repeats and reorders nothing, and the
+sender's close() knows what arrived. The input never ends an epoch for an unreachable sender (no
+PeerLost here): a worker's owner (tensorcom.serve's parent, the Ray driver) watches it and hands a
+dead one's share to its successor (`handover`). An inproc input (a zshare Connection's own server
+thread) has no connection to drop and takes its messages as they come.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Iterable
 
@@ -16,17 +28,49 @@ import zmq
 
 from tensorcom import wire
 from tensorcom.errors import DecodeError
+from tensorcom.transport._inbound import Inbound
 from tensorcom.transport.batches import batch_size
 from tensorcom.transport.epochs import Verdict
 from tensorcom.transport.resume import ResumePlan
 from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing._order import InputOrder
 from tensorcom.transport.sharing.books import Item
 
 
 class StreamInput:
     """ShareServer's input methods; the server provides book, input, input_address, max_plain_values,
     and the counters its __init__ sets (_input_epochs, _input_lock, received, _epoch, _pos, _items,
-    _ends, _finish_after, input_batches, input_samples, _ahead: the input message read ahead)."""
+    _ends, _finish_after, input_batches, input_samples, _ahead: the input message read ahead);
+    `_open_sessions` sets inlet, order and _ordered."""
+
+    inlet: Inbound | None = None  # the input's sessions (tcp, ipc)
+
+    def _open_sessions(self, context: zmq.Context, liveness: float | None) -> None:
+        """The input's sessions (module docstring), once the input is bound: an Inbound unless the
+        input is inproc; `_ordered`: messages in their senders' order, waiting for the book."""
+        self._ordered: collections.deque = collections.deque()
+        self.order = InputOrder()
+        self.inlet: Inbound | None = None
+        if not self.input_address.startswith("inproc://"):
+            self.inlet = Inbound(self.input, "zpull+" + self.input_address, liveness, self._input_epochs,
+                                 context=context, name=f"share-{self.server_id}")
+
+    def _input_pending(self) -> bool:
+        """Confirm what the input took, and take the messages its sessions released; True when
+        messages taken earlier wait for the book."""
+        if self.inlet is not None:
+            self.inlet.tend()
+            released = self.inlet.next_ready()
+            while released is not None:
+                self._ordered.extend(self.order.arrive(released))
+                released = self.inlet.next_ready()
+        return bool(self._input_epochs.backlog or self._ordered)
+
+    def _close_sessions(self) -> None:
+        """Say bye to the input's senders (confirming what was taken) and close the link socket."""
+        if self.inlet is not None:
+            self.inlet.close()
+            self.inlet = None
 
     @property
     def input_epoch(self) -> int | None:
@@ -61,7 +105,8 @@ class StreamInput:
                 except zmq.Again:
                     pass
             ahead = self._ahead
-            if ahead is not None and control.is_control(ahead[0].buffer) and not self._input_epochs.backlog:
+            if (ahead is not None and control.is_control(ahead[0].buffer) and not self._input_epochs.backlog
+                    and not self._ordered):
                 self._ahead = None
                 with self._input_lock:
                     self._take(ahead)
@@ -73,21 +118,29 @@ class StreamInput:
                 if held is not None:
                     self._admit(held)
                     continue
+                if self._ordered:
+                    self._admit(self._ordered.popleft())
+                    continue
                 if ahead is None:
                     return
                 self._ahead = None
                 self._take(ahead)
 
     def _take(self, frames: list) -> None:
-        """One message read from the input: the producer's `finish`, or a wire message to admit."""
+        """One message read from the input: the producer's `finish`, or a wire message, which goes
+        through the sessions (confirmed; a duplicate dropped; held until its turn) to `_ordered`."""
         try:
             if control.is_control(frames[0].buffer):
                 self._on_finish(control.decode(frames[0].buffer))
-            else:
-                views = [f.buffer for f in frames]
-                self._admit(_Input.of(frames, wire.decode_message(views, max_plain_values=self.max_plain_values)))
+                return
+            views = [f.buffer for f in frames]
+            message = _Input.of(frames, wire.decode_message(views, max_plain_values=self.max_plain_values))
         except DecodeError as exc:
             raise control.located(exc, f"{self.input_address}: input message") from exc
+        if self.inlet is None:
+            self._ordered.append(message)
+        elif self.inlet.arrived(message):
+            self._ordered.extend(self.order.arrive(message))
 
     def _admit(self, message: _Input) -> None:
         """One input message through the input's epoch book: batches become items, a completed

@@ -118,6 +118,7 @@ class ShareServer(StreamInput):
             with translated(input_address, action="bind"):
                 self.input.bind(input_address)
             self.input_address = self.input.getsockopt_string(zmq.LAST_ENDPOINT)  # with the port "*" chose
+            self._open_sessions(context, liveness)
         except BaseException:
             self._close_sockets()
             raise
@@ -191,7 +192,7 @@ class ShareServer(StreamInput):
             self._on_monitor()
         if self.router in ready:
             self._on_consumer()
-        if self.input in ready or self._input_epochs.backlog or (taking and self._ahead is not None):
+        if self.input in ready or self._input_pending() or (taking and self._ahead is not None):
             self._on_input()
         self._deliver()
         for peer in self.book.expire(time.monotonic(), self.window):
@@ -326,6 +327,7 @@ class ShareServer(StreamInput):
         return self.arena is not None
 
     def _close_sockets(self) -> None:
+        self._close_sessions()
         for sock in self._sockets:
             sock.close(linger=0)
         self._sockets = []
