@@ -6,7 +6,7 @@ RandomResizedCrop(224) + horizontal flip, batch 64, uint8 output, in one run:
   (a) torch DataLoader, num_workers=2, with a PIL implementation of the transform (torchvision's way)
   (b) tensorcom.Pipeline in this process with 2 worker processes (serve-imagenet-dir's dir_pipeline with
       workers=2: `.map(augment).batch(64).parallel(2, init=images.init_worker)`, so each process reads,
-      augments and batches its share and hands over whole batches)
+      augments and batches its portion and hands over whole batches)
   (c) serve-imagenet-dir (a real subprocess, 2 publishers) -> tensorcom.Connection over loopback
 
 and prints img/s (counted from the first batch on, so start-up is left out; best of --repeats
@@ -308,7 +308,7 @@ class LabelledAugment:
 
 def run_http(base: str, root: Path, threads: int, processes: int, limit: int, timer: "Timer") -> int:
     """`limit` images fetched over HTTP by `threads` threads, augmented and batched by 64 (0 processes:
-    in this process; else in each of `processes` processes, each fetching its share with `threads`
+    in this process; else in each of `processes` processes, each fetching its portion with `threads`
     threads and handing over whole batches)."""
     from tensorcom.images import init_worker
     from tensorcom.images.imagenet import collate_pair

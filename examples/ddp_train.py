@@ -1,14 +1,14 @@
 """Data-parallel training (DDP) in two processes, each rank fed through the PyTorch adapter.
 
     python examples/ddp_train.py                     # ranks share one zsplit server
-    python examples/ddp_train.py --split shard       # each rank decodes its own share: no server
+    python examples/ddp_train.py --split shard       # each rank decodes its own portion: no server
     python examples/ddp_train.py --short             # a small data set and 3 epochs (for tests)
 
 --split zsplit (the default): one `serve-imagenet-dir` server at zsplit://127.0.0.1:PORT gives each batch
 to exactly one rank; every rank joins it as a consumer, `tensorcom.torch.BatchDataset("zjoin://...")`.
 A faster rank gets more batches, so the ranks' counts differ.
---split shard: each rank iterates its own share of the pipeline, `dir_pipeline(...).shard(rank, world)`,
-and the shares may differ by a batch.
+--split shard: each rank iterates its own portion of the pipeline, `dir_pipeline(...).shard(rank, world)`,
+and the portions may differ by a batch.
 
 Either way the adapter keeps the ranks even: before each step the ranks agree (one all_reduce of one
 int over gloo) whether all of them have a batch, so every rank takes the same number of steps in each
@@ -46,7 +46,7 @@ def rank_main(rank: int, world: int, master_port: int, data_url: str, args: argp
     data, size = demo_data(args.short)
     if args.split == "zsplit":
         source, options = data_url, {"timeout": 120}
-    else:  # this rank's share; its shuffle and augmentation follow the pipeline's epoch (set below)
+    else:  # this rank's portion; its shuffle and augmentation follow the pipeline's epoch (set below)
         source = tensorcom.images.dir_pipeline(str(data.train_dir), batch_size=args.batch_size, size=size,
                                                min_scale=0.35).shard(rank, world)
         options = {}

@@ -30,7 +30,7 @@ def slow_id(sample: int) -> dict:
 
 
 def make_ids():
-    """The served pipeline: ids 0..SAMPLES-1, batches of BATCH (the actors take shares of it)."""
+    """The served pipeline: ids 0..SAMPLES-1, batches of BATCH (the actors take portions of it)."""
     from tensorcom.pipeline import Pipeline
 
     return Pipeline(list(range(SAMPLES)), seed=0).map(slow_id).batch(BATCH)
@@ -215,10 +215,10 @@ def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_p
         return {"id": np.array([i], dtype=np.int32)}
 
     hub = Hub(f"zsplit://127.0.0.1:{free_port()}", input_host="127.0.0.1")
-    share = ("stream-x", 0, 1)
+    portion = ("stream-x", 0, 1)
     try:
         with Connection(hub.addresses[0].replace("tcp", "zjoin"), credit=8, timeout=20) as consumer:
-            first = Connection(hub.worker_url, group="stream-x", share=share)
+            first = Connection(hub.worker_url, group="stream-x", share=portion)
             for i in range(3):
                 first.send(batch(i))
             deadline = time.monotonic() + 10
@@ -229,7 +229,7 @@ def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_p
             for i in (3, 4):
                 first.send(batch(i))  # late: dropped
             first.close(linger=5)
-            second = Connection(hub.worker_url, group="stream-x", share=share)
+            second = Connection(hub.worker_url, group="stream-x", share=portion)
             for i in range(6)[plan.skip(0, 0):]:
                 second.send(batch(i))
             second.end_epoch()

@@ -1,5 +1,5 @@
 """BatchDataset under DDP: two CPU processes (gloo) see the same number of batches in every pass,
-whether each iterates its share of a pipeline or joins one zsplit server, and a rank whose source
+whether each iterates its portion of a pipeline or joins one zsplit server, and a rank whose source
 fails stops the other instead of leaving it waiting (tests/adapters/torch_ddp_rank.py is a rank)."""
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def ranks(tmp_path_factory):
     return [json.loads(out.read_text()) for out in outs], served
 
 
-def test_rank_shares_of_a_pipeline_end_even(ranks):
+def test_rank_portions_of_a_pipeline_end_even(ranks):
     results = [rank["shards"] for rank in ranks[0]]
-    # Pipeline(range(13)).batch(2): rank 0's share has 4 batches, rank 1's 3; both yield 3 in each pass
+    # Pipeline(range(13)).batch(2): rank 0's portion has 4 batches, rank 1's 3; both yield 3 in each pass
     for rank in results:
         assert [len(ids) // 2 for ids in rank["passes"]] == [3, 3]
         assert rank["counts"]["passes"] == 2 and rank["counts"]["batches"] == 6

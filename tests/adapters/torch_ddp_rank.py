@@ -2,7 +2,7 @@
 
     python torch_ddp_rank.py --rank R --world W --port P --out FILE --url URL
 
-First "shards": the rank iterates its share of Pipeline(range(13)).batch(2) (rank 0 has 4 batches, rank 1
+First "shards": the rank iterates its portion of Pipeline(range(13)).batch(2) (rank 0 has 4 batches, rank 1
 has 3) through BatchDataset for two passes, one DDP training step per batch; in a third pass rank 1's
 source raises after two batches. Then "zsplit": the rank joins URL (a zsplit server) with credit 1 (rank 0)
 or 6 (rank 1), so the ranks receive different counts, for two passes with a DDP step per batch.
@@ -65,8 +65,8 @@ def main() -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     result: dict = {"shards": {}, "zsplit": {}}
-    share = Pipeline(range(13)).map(lambda i: {"id": i}).batch(2).shard(args.rank, args.world)
-    dataset = tensorcom.torch.BatchDataset(share)
+    portion = Pipeline(range(13)).map(lambda i: {"id": i}).batch(2).shard(args.rank, args.world)
+    dataset = tensorcom.torch.BatchDataset(portion)
     result["shards"]["passes"] = train(dataset, model, optimizer, 2)
     result["shards"]["counts"] = vars(dataset.counts)
     failing = tensorcom.torch.BatchDataset(FailingSource(2) if args.rank == 1 else FailingSource(5))

@@ -308,7 +308,7 @@ def test_tensorcom_serve_options_anywhere(user_module, popen, free_port, order):
         proc = popen.start([*tool("tensorcom"), "serve", *argv, "--epochs", "1", "-r", "0"], cwd=user_module,
                            stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
-    assert sorted(int(x) for batch in batches for x in batch[1]) == list(range(12))  # both workers' shares
+    assert sorted(int(x) for batch in batches for x in batch[1]) == list(range(12))  # both workers' portions
     finish(proc)
 
 
@@ -367,7 +367,7 @@ def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, fr
         proc = popen.start(command(port), stderr=subprocess.PIPE, text=True)
         (whole,) = receive(conn, 1, proc)
     finish(proc)
-    assert sum(len(labels) for _, labels in whole) == CLASSES * PER_CLASS  # 2 shares of 9: 5 batches each
+    assert sum(len(labels) for _, labels in whole) == CLASSES * PER_CLASS  # 2 portions of 9: 5 batches each
 
     port, state_path = free_port(), tmp_path / "feed.json"
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:

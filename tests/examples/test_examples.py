@@ -99,7 +99,7 @@ def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
 
 @installed("torch")
 def test_ddp_ranks_on_one_zsplit_server_take_the_same_number_of_steps(popen, env):
-    # (--split shard costs as much again; the even ends of rank shares: tests/adapters/test_torch_ddp.py)
+    # (--split shard costs as much again; the even ends of rank portions: tests/adapters/test_torch_ddp.py)
     out = run_example(popen, env, "ddp_train.py")
     epochs = re.findall(r"^epoch \d+: loss [\d.]+ \(batches per rank \[(\d+), (\d+)\], dropped \[(\d+), (\d+)\]\)$",
                         out, re.M)

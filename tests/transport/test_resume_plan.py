@@ -7,12 +7,12 @@ import pytest
 
 from tensorcom.transport.connection import Connection
 from tensorcom.transport.resume import Consumption, ResumePlan, load_state
-from tensorcom.wire import Share
+from tensorcom.wire import Portion
 
 
 def test_records_batches_and_samples_per_epoch_and_worker():
     record = Consumption()
-    w0, w1 = Share("s", 0, 2), Share("s", 1, 2)
+    w0, w1 = Portion("s", 0, 2), Portion("s", 1, 2)
     for _ in range(3):
         record.batch(w0, 0, 5)
     record.batch(w1, 0, 4)
@@ -26,7 +26,7 @@ def test_records_batches_and_samples_per_epoch_and_worker():
 
 def test_an_epoch_ended_by_every_worker_is_dropped_and_the_next_begins():
     record = Consumption()
-    w0, w1 = Share("s", 0, 2), Share("s", 1, 2)
+    w0, w1 = Portion("s", 0, 2), Portion("s", 1, 2)
     record.batch(w0, 0, 5)
     record.marker(w0, 0)
     record.batch(w0, 1, 5)  # a fast worker's next epoch, delivered before w1 ended epoch 0
@@ -39,7 +39,7 @@ def test_an_epoch_ended_by_every_worker_is_dropped_and_the_next_begins():
 
 def test_state_round_trip_and_file(tmp_path):
     record = Consumption()
-    record.batch(Share("s", 1, 3), 4, 8)
+    record.batch(Portion("s", 1, 3), 4, 8)
     record.passes = 4
     copy = Consumption()
     copy.load_state_dict(json.loads(json.dumps(record.state_dict())))
@@ -54,8 +54,8 @@ def test_state_round_trip_and_file(tmp_path):
 def test_plan_from_an_empty_state_and_stream_choice():
     assert ResumePlan.from_state(Consumption().state_dict()) is None
     record = Consumption()
-    record.batch(Share("a", 0, 1), 0, 1)
-    record.batch(Share("b", 0, 1), 2, 1)
+    record.batch(Portion("a", 0, 1), 0, 1)
+    record.batch(Portion("b", 0, 1), 2, 1)
     with pytest.raises(ValueError, match="2 served streams"):
         ResumePlan.from_state(record.state_dict())
     assert ResumePlan.from_state(record.state_dict(), "b").epoch == 2
@@ -86,13 +86,13 @@ def test_bad_files(tmp_path):
 
 def test_a_restart_with_another_worker_count_starts_the_stream_over():
     record = Consumption()
-    record.batch(Share("s", 0, 2), 3, 1)
-    record.batch(Share("s", 0, 4), 3, 1)
+    record.batch(Portion("s", 0, 2), 3, 1)
+    record.batch(Portion("s", 0, 4), 3, 1)
     assert ResumePlan.from_state(record.state_dict()) == ResumePlan("s", 4, 3, {(3, 0): 1})
 
 
 def test_connection_records_what_it_hands_over(tmp_path):
-    """Sender connections tagged with shares (as tensorcom.serve's workers) -> the receiver's state."""
+    """Sender connections tagged with portions (as tensorcom.serve's workers) -> the receiver's state."""
     with Connection("zpull+inproc://resume-a", timeout=5) as receiver, \
             Connection("zpush+inproc://resume-a", share=("s", 1, 2), group="s", group_size=2) as w1, \
             Connection("zpush+inproc://resume-a", share=("s", 0, 2), group="s", group_size=2) as w0:
