@@ -21,7 +21,7 @@ the sending process's CPU time per batch (where the default's copy shows).
 What the sessions cost (docs/protocol.md 4.3: a protocol-2 sender over tcp/ipc keeps each message until
 its receiver confirms it over an acknowledgement link): the CPU columns of the protocol-2 rows include it,
 and a diagnostic row, "sessions off", runs the zero-copy sender with its session machinery detached
-through a private attribute (`Connection._outlet`; not a public option: a sender cannot turn sessions
+through a private attribute (`Connection._end.outbound`; not a public option: a sender cannot turn sessions
 off), so its messages carry no `reply` and the receiver opens no link and sends no acknowledgement. The
 protocol-1 row is also session-free (protocol 1 has no `reply` field), with its own, leaner header.
 With `--small` the raw baseline receives with copy=True (bytes: pyzmq's fastest for small frames).
@@ -120,9 +120,9 @@ def connection_sender(url: str, count: int, hwm: int, protocol: int, multipart: 
     `sessions` False detaches the sender's session machinery (diagnostic; a private attribute)."""
     batch = make_batch(shapes)
     conn = Connection(url, sndhwm=hwm, protocol=protocol, multipart=multipart)
-    if not sessions and conn._outlet is not None:
-        conn._outlet._close_link()  # its monitors and acknowledgement socket
-        conn._outlet = None
+    if not sessions and conn._end.outbound is not None:
+        conn._end.outbound._close_link()  # its monitors and acknowledgement socket
+        conn._end.outbound = None
     conn.socket.linger = -1  # let the last batches out before closing
     start = process_cpu()
     with Profiled(profile, f"sender {url}"):

@@ -54,9 +54,9 @@ def test_closing_a_publisher_right_after_serve_delivers_the_end_of_its_epoch(fre
         while not inp.socket.poll(50):  # until the subscription took effect
             out.send([np.full(1, -1, "i4")])
         inp.recv()  # the receiver confirms it: the publisher has a confirming receiver
-        while not out._outlet.ever_attached:
-            out._outlet.link.poll(50)
-            out._outlet.pump()
+        while not out._end.outbound.ever_attached:
+            out._end.outbound.link.poll(50)
+            out._end.outbound.pump()
         out.serve([[np.full(1 << 18, tag, "i4")] for tag in range(8)])  # 1 MiB each, the marker last
         out.close()
         tags = [int(batch[0][0]) for batch in inp]  # ends only if the marker came

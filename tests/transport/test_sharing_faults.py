@@ -104,7 +104,7 @@ def test_a_fault_shorter_than_liveness_loses_and_duplicates_nothing(free_port, t
 def test_a_stall_longer_than_liveness_raises_peer_lost_and_the_session_goes_on(free_port, timers, scheme):
     port = free_port()
     server = Connection(f"{scheme}://127.0.0.1:{port}", liveness=2)
-    server_id = server._server.server_id
+    server_id = server._end.server.server_id
     with TcpProxy(port) as proxy:
         consumer = Connection(f"zjoin://127.0.0.1:{proxy.port}", liveness=2, timeout=60)
         errors: list = []
@@ -137,7 +137,7 @@ def test_batches_handed_over_in_shared_memory_survive_a_reset(free_port, scheme)
         producer = serve_in_thread(server, 60, errors, make_batch=lambda i: padded_batch(i, 2 * MIN_BYTES))
         got: list = []
         take_pass(consumer, got, 20, proxy.reset)
-        assert consumer._joiner.links[0].shm_prefix is not None  # references, not frames
+        assert consumer._end.joiner.links[0].shm_prefix is not None  # references, not frames
         producer.join(timeout=60)
         assert proxy.connections == 2
         consumer.close()

@@ -52,7 +52,7 @@ def test_a_consumer_on_this_host_takes_batches_from_shared_memory(free_port):
     server = Connection(f"zshare://{url}")
     consumer = Connection(f"zjoin://{url}", credit=2)
     errors: list = []
-    share = server._server
+    share = server._end.server
     server_id = share.server_id
     thread = serve_in_thread(server, 40, errors, make_batch=image_batch)
     seen = []  # segments (the probe aside) in /dev/shm after each batch
@@ -61,7 +61,7 @@ def test_a_consumer_on_this_host_takes_batches_from_shared_memory(free_port):
         batch["image"][...] = 0  # ours to change: the next batches are not touched
         seen.append(len([n for n in segments_of(server_id) if not n.endswith("-probe")]))
     assert len(seen) == 40
-    assert consumer._joiner.links[0].shm_prefix == f"tensorcom-{server_id}-"  # references, not frames
+    assert consumer._end.joiner.links[0].shm_prefix == f"tensorcom-{server_id}-"  # references, not frames
     assert 1 < max(seen) <= 16 + 2 + 1  # reused: at most replay + credit (+1 read ahead)
     consumer.close()
     thread.join(timeout=30)
@@ -91,8 +91,8 @@ def test_consumers_with_and_without_the_handoff_get_the_same_batches(free_port, 
     for t in threads:
         t.join(timeout=60)
     assert results == {"local": [12, 12], "refusing": [12, 12], "off": [12, 12]}
-    assert local._joiner.links[0].shm_prefix is not None
-    assert refusing._joiner.links[0].shm_prefix is None and switched_off._joiner.links[0].shm_prefix is None
+    assert local._end.joiner.links[0].shm_prefix is not None
+    assert refusing._end.joiner.links[0].shm_prefix is None and switched_off._end.joiner.links[0].shm_prefix is None
     thread.join(timeout=30)
     assert errors == []
     for conn in (local, refusing, switched_off):
@@ -148,13 +148,13 @@ def test_small_batches_go_as_frames_even_to_a_consumer_that_reads_shared_memory(
     url = f"127.0.0.1:{free_port()}"
     server = Connection(f"zshare://{url}")
     consumer = Connection(f"zjoin://{url}")
-    share = server._server
+    share = server._end.server
     server.send({"id": np.arange(4)}, allow64=True)
     assert consumer.recv()["id"].tolist() == [0, 1, 2, 3]  # the welcome was read: the consumer said yes
     time.sleep(0.3)  # its answer reaches the server before the next batch
     server.send(image_batch(0))
     assert consumer.recv()["id"].tolist() == list(range(8))
-    assert consumer._joiner.links[0].shm_prefix is not None
+    assert consumer._end.joiner.links[0].shm_prefix is not None
     assert len(share.arena._placed) == 1  # only the batch of MIN_BYTES or more was placed
     consumer.close()
     server.close(linger=10)
@@ -164,7 +164,7 @@ def test_a_server_whose_consumers_never_ask_makes_no_shared_memory(free_port):
     url = f"127.0.0.1:{free_port()}"
     server = Connection(f"zshare://{url}")
     consumer = Connection(f"zjoin://{url}", shm=False)
-    share = server._server
+    share = server._end.server
     server.send(image_batch(0))
     assert consumer.recv()["id"].tolist() == list(range(8))
     assert share.arena is None and segments_of(share.server_id) == []
@@ -238,7 +238,7 @@ def test_a_consumer_process_that_exits_leaves_the_servers_segments_alone(free_po
     url = f"127.0.0.1:{free_port()}"
     server = Connection(f"zshare://{url}", min_consumers=1)
     errors: list = []
-    share = server._server
+    share = server._end.server
     thread = serve_in_thread(server, 10, errors, epochs=3, make_batch=image_batch)
     server_id = share.server_id
     peer = os.path.join(os.path.dirname(__file__), "share_peer.py")
@@ -247,7 +247,7 @@ def test_a_consumer_process_that_exits_leaves_the_servers_segments_alone(free_po
     assert any(not name.endswith("-probe") for name in segments_of(server_id))  # its exit unlinked nothing
     late = Connection(f"zjoin://{url}")
     late.recv()
-    assert late._joiner.links[0].shm_prefix is not None  # a later consumer is offered a probe too
+    assert late._end.joiner.links[0].shm_prefix is not None  # a later consumer is offered a probe too
     late.close()
     share.abort()
     thread.join(timeout=30)
@@ -269,12 +269,12 @@ def test_a_killed_servers_segments_are_unlinked_by_its_resource_tracker(free_por
                           "--pad", str(2 * MIN_BYTES))
     consumer = Connection(f"zjoin://{url}", credit=2)
     consumer.recv()
-    server_id = consumer._joiner.links[0].server
+    server_id = consumer._end.joiner.links[0].server
     for _ in range(20):  # the first batches may go as frames, before the server has the consumer's answer
         if segments_of(server_id):
             break
         consumer.recv()
-    assert consumer._joiner.links[0].shm_prefix and segments_of(server_id)  # batches came through shared memory
+    assert consumer._end.joiner.links[0].shm_prefix and segments_of(server_id)  # batches came through shared memory
     server.kill()
     server.wait(timeout=10)
     deadline = time.monotonic() + 20

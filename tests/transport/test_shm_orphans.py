@@ -81,7 +81,7 @@ def test_a_server_killed_with_its_resource_tracker_is_cleaned_up_by_the_next_ser
                           "--pad", str(2 * MIN_BYTES))
     with Connection(f"zjoin://{url}", credit=2, timeout=60) as consumer:
         consumer.recv()
-        server_id = consumer._joiner.links[0].server
+        server_id = consumer._end.joiner.links[0].server
         for _ in range(50):  # the first batches may go as frames, before the server has the consumer's answer
             if segments_of(server_id):
                 break

@@ -20,61 +20,55 @@ batches (so it yields at most `len(conn)` batches), after `total` samples over t
 
 Liveness (plain schemes, protocol 2): a receiver raises `PeerLost` when the senders its pass waits
 on are gone (killed, host vanished, network dropped), instead of waiting for ever; the rules are in
-`tensorcom.transport.liveness`, the waiting in `_receiving`. Closing a sender delivers what it sent
+`tensorcom.transport.liveness`, the waiting in `_inbound`. Closing a sender delivers what it sent
 to every connected peer, however slow, or raises `Undelivered` saying how much may be lost
-(`_delivery`). Lost end-of-epoch markers (PUB/SUB) are made up for by the epoch book, so a pass
+(`_outbound`). Lost end-of-epoch markers (PUB/SUB) are made up for by the epoch book, so a pass
 never mixes two epochs of a sender.
 
-Resume: batches from `tensorcom.serve` carry their share (stream, worker i of N) and epoch; the
+Resume: batches from `tensorcom.serve` carry their portion (stream, worker i of N) and epoch; the
 receiver records what it was handed (`tensorcom.transport.resume`), `state_dict()` / `save_state()`
 return / write it, and a server restarted from it sends exactly the rest.
+
+How it is built: the constructor's options are checked and grouped in the dataclasses of
+`tensorcom.transport.options` (`passing`, `encoding`, `socket_options`, `decoding`,
+`sharing_options`); the first connect() makes one endpoint object for the URLs' scheme family
+(`tensorcom.transport.ends`: PlainSender, PlainReceiver, SharingServerEnd, JoinerEnd), and every
+method delegates to it. The Connection itself keeps the shared ZeroMQ context, CURVE
+(`ends.SocketSecurity`), the receivers' accounting (`ends.Intake`) and the closing rules.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import secrets
 import socket as _socket
 import sys
+import threading
 import warnings
-from typing import Any
+from typing import Any, Iterable, Iterator
 
-from tensorcom import settings, urls, wire
+from tensorcom import urls, wire
+from tensorcom._options import renamed_option
 from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport._inbound import Inbound
-from tensorcom.transport._outbound import Outbound
-from tensorcom.transport._receiving import ReceivingSide
-from tensorcom.transport._sending import SendingSide
-from tensorcom.transport._secured import SecuredSockets
-from tensorcom.transport._sharing_side import SharingSide
-from tensorcom.transport.batches import batch_size, listify, resolve_converters
-from tensorcom.transport.epochs import EpochBook, expected_groups
-from tensorcom.transport.resume import Consumption, save_state
-from tensorcom.transport.stats import SequenceTracker, Statistics
+from tensorcom.transport.batches import batch_size, prepare_batch
+from tensorcom.transport.ends import (EPOCH_END, Intake, JoinerEnd, PlainReceiver, PlainSender, SharingServerEnd,
+                                      SocketSecurity)
+from tensorcom.transport.options import DEFAULT_HWM, Decoding, Encoding, PassOptions, SharingOptions, SocketOptions
+from tensorcom.transport.resume import save_state
+from tensorcom.transport.stats import Statistics
 
-DEFAULT_HWM = 10  # messages queued per peer; batches are large, so keep memory bounded
+SHARING_ENDS = (SharingServerEnd, JoinerEnd)
+RECEIVING_ENDS = (PlainReceiver, JoinerEnd)
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    """`value` if it is an int >= low, else ValueError naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
+def _option(group: str, name: str) -> property:
+    """A read-only attribute for option `name` of the options dataclass `group`."""
+    return property(operator.attrgetter(f"{group}.{name}"), doc=f"The `{name}` option ({group}.{name}).")
 
 
-def _check_options(protocol: Any, timeout: Any, group: Any, liveness: Any = None) -> None:
-    """ValueError/TypeError for a bad protocol, timeout, group or liveness."""
-    if protocol not in (1, 2):
-        raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
-    for name, value in (("timeout", timeout), ("liveness", liveness)):
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
-            raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
-    if group is not None and not isinstance(group, str):
-        raise TypeError(f"group must be a str or None, got {group!r}")
-
-
-class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
+class Connection:
     """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
 
     0.1 arguments: url (str, brace-expanded unless noexpand, or a list), epoch (len(conn), and the most
@@ -87,8 +81,9 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
     New, keyword only: timeout (seconds; recv raises RecvTimeout, send TransportError; None waits),
     sndhwm / rcvhwm (high-water marks, messages), protocol (1 or 2), max_message_size (bytes; default
     settings.max_message_size()), group / group_size (carried by end-of-epoch markers), senders (groups
-    expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)), share (a
-    wire.Share (stream, worker, workers) sent with every protocol-2 message; tensorcom.serve sets it).
+    expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)), portion (a
+    wire.Portion (stream, worker, workers) sent with every protocol-2 message; tensorcom.serve sets it;
+    `share` is its deprecated spelling).
     Sharing schemes (docs/transport.md, "One pipeline, many jobs"): a zshare/zsplit server takes
     min_consumers (wait for that many before the first batch), replay (batches kept for slow and late
     consumers) and policy ("pace" or "detach"); a zjoin consumer takes credit (batches prefetched),
@@ -96,10 +91,26 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
     on this host unless $TENSORCOM_SHM=0, True: ask, False: never) hands batches over in shared memory.
     Security (docs/security.md): curve (a tensorcom.transport.security.Curve; default: the
     $TENSORCOM_CURVE_* variables, none when unset) secures every socket with ZeroMQ CURVE.
-    Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive (ZMTP heartbeats);
-    on the plain schemes a receiver raises PeerLost by the rules of tensorcom.transport.liveness, and
-    a sender's heartbeats tell receivers to drop it after that long without a word.
+    Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive; on the plain
+    schemes a receiver raises PeerLost by the rules of tensorcom.transport.liveness, and a sender's
+    session link tells receivers it is reachable.
+    The options are kept, checked, in `passing`, `encoding`, `socket_options`, `decoding` and
+    `sharing_options` (tensorcom.transport.options); each is also readable under its own name.
     """
+
+    epoch, total, report, batch_count = (_option("passing", n) for n in ("epoch", "total", "report", "batch_count"))
+    protocol, multipart, infos, allow64 = (_option("encoding", n) for n in ("protocol", "multipart", "infos",
+                                                                           "allow64"))
+    max_message_size, group, group_size, portion = (_option("encoding", n) for n in ("max_message_size", "group",
+                                                                                     "group_size", "portion"))
+    share = _option("encoding", "portion")  # the old name of portion
+    timeout, sndhwm, rcvhwm, liveness = (_option("socket_options", n) for n in ("timeout", "sndhwm", "rcvhwm",
+                                                                               "liveness"))
+    curve, senders, noexpand = (_option("socket_options", n) for n in ("curve", "senders", "noexpand"))
+    raw, device, batch_transforms, converters = (_option("decoding", n) for n in ("raw", "device",
+                                                                                 "batch_transforms", "converters"))
+    sharing = _option("sharing_options", "given")
+    count, batch_size = _option("_intake", "count"), _option("_intake", "batch_size")
 
     def __init__(self, url: Any = None, epoch: int = 100000, total: int = -1, multipart: bool = True,
                  infos: Any = None, device: str | None = None, allow64: bool = False, raw: bool = False,
@@ -107,52 +118,29 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
                  report: int = -1, stats_horizon: int = 1000, noexpand: bool = False, *,
                  timeout: float | None = None, sndhwm: int = DEFAULT_HWM, rcvhwm: int = DEFAULT_HWM,
                  protocol: int = 2, max_message_size: int | None = None, group: str | None = None,
-                 group_size: int = 1, senders: int = 1, topic: str = "", share: wire.Share | None = None,
-                 min_consumers: int = 1, replay: int | None = None, policy: str | None = None,
-                 credit: int | None = None, batch_size: int | None = None, observe: bool = False,
-                 liveness: float | None = 10.0, curve: Any = None, shm: bool | None = None):
-        _check_options(protocol, timeout, group, liveness)
-        self.epoch, self.total = _check_int("epoch", epoch, 1), total
-        self.multipart, self.infos, self.device, self.allow64 = multipart, infos, device, allow64
-        self.raw, self.batch_count, self.report, self.noexpand = raw, batch_count, report, noexpand
-        self.batch_transforms = listify(batch_transforms)
-        self.converters = resolve_converters(converters, device)
-        self.timeout, self.protocol, self.group = timeout, protocol, group
-        self.share = None if share is None else wire.Share(*share)
-        self.sndhwm, self.rcvhwm = _check_int("sndhwm", sndhwm, 0), _check_int("rcvhwm", rcvhwm, 0)
-        self.group_size = _check_int("group_size", group_size, 1)
-        self.senders = _check_int("senders", senders, 1)
-        limit = settings.max_message_size() if max_message_size is None else max_message_size
-        self.max_message_size = _check_int("max_message_size", limit, 1)
-        self._max_plain_values = settings.max_plain_values()  # read once, not per message
-        self._timeout_hint = ""  # ZeroMQ drops a frame over the limit without telling the receiver
-        if limit < settings.DEFAULT_MAX_MESSAGE_SIZE:
-            self._timeout_hint = (f" (a message with a frame over max_message_size={limit} bytes is "
-                                  "refused by ZeroMQ, which closes its connection: it never arrives)")
+                 group_size: int = 1, senders: int = 1, topic: str = "", portion: wire.Portion | None = None,
+                 share: wire.Portion | None = None, min_consumers: int = 1, replay: int | None = None,
+                 policy: str | None = None, credit: int | None = None, batch_size: int | None = None,
+                 observe: bool = False, liveness: float | None = 10.0, curve: Any = None, shm: bool | None = None):
+        portion = renamed_option(portion, share, "portion", "share", "Connection")
+        self.encoding = Encoding(protocol=protocol, multipart=multipart, infos=infos, allow64=allow64,
+                                 max_message_size=max_message_size, group=group, group_size=group_size,
+                                 portion=portion)
+        self.socket_options = SocketOptions(timeout=timeout, sndhwm=sndhwm, rcvhwm=rcvhwm, liveness=liveness,
+                                            curve=curve, topic=topic, senders=senders, noexpand=noexpand)
+        self.passing = PassOptions(epoch=epoch, total=total, report=report, stats_horizon=stats_horizon,
+                                   batch_count=batch_count)
+        self.decoding = Decoding(raw=raw, device=device, batch_transforms=batch_transforms, converters=converters)
+        self.sharing_options = SharingOptions(min_consumers=min_consumers, replay=replay, policy=policy,
+                                              credit=credit, batch_size=batch_size, observe=observe, shm=shm)
         self.stats = Statistics(stats_horizon)
-        self.liveness = liveness
-        self.curve = curve  # a transport.security.Curve; None: from $TENSORCOM_CURVE_* when set
-        self._releases: list = []  # what security.secure returned, called after the sockets close
-        self.sharing = {k: v for k, v in (("min_consumers", min_consumers), ("replay", replay), ("policy", policy),
-                                          ("credit", credit), ("batch_size", batch_size), ("observe", observe),
-                                          ("shm", shm))
-                        if v is not None}
         self.sender = f"{_socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.socket = None
-        self._inlet: Inbound | None = None  # a receiving socket's sessions and liveness (plain schemes)
-        self._outlet: Outbound | None = None  # a sending socket's sessions: resends, close (plain schemes)
         self.endpoints: list[urls.Endpoint] = []
         self.addresses: list[str] = []
-        self.count = 0  # samples received
-        self.epoch_number = 0  # epochs ended (sent with end_epoch, or completed on receipt)
-        self.batch_size = 1
         self.sampler = self.batch_sampler = None  # what DataLoader-like consumers look for
-        self._seq = 0
-        self._received = 0  # messages taken from the socket, for error messages
-        self._tracker = SequenceTracker()
-        self._epochs = EpochBook()
-        self._consumed = Consumption()
-        self._context = None
+        self._intake = Intake(self.decoding, self.passing, self.stats)
+        self._security = SocketSecurity(curve)
+        self._end: Any = None  # the endpoint object of the URLs' scheme family (tensorcom.transport.ends)
         self._closed = False
         self._pid = os.getpid()  # a forked child's copy never closes the parent's sockets (__del__)
         if url is not None:
@@ -176,85 +164,130 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
         for endpoint in endpoints:
             sockets.check_compatible(endpoint, self.endpoints + endpoints)
         for endpoint in endpoints:
-            if self.socket is None:
-                self._context = sockets.acquire_context()
-                self.socket = sockets.make_socket(
-                    self._context, endpoint.socket_type, sndhwm=self.sndhwm, rcvhwm=self.rcvhwm,
-                    timeout=self.timeout, max_message_size=self.max_message_size)
-                self._secure(self.socket, endpoint.sends)
-                self._watch(endpoint)
-            self._warn_if_exposed(endpoint)
-            self.addresses.append(sockets.attach(self.socket, endpoint))
+            if self._end is None:
+                self._end = self._open_plain(endpoint)
+            self._security.warn_if_exposed(endpoint)
+            self.addresses.append(self._end.attach(endpoint))
             self.endpoints.append(endpoint)
-            if self._outlet is not None:
-                self._outlet.listen(endpoint, self.addresses[-1])
-        self._epochs.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
-        if self._inlet is not None:
-            self._inlet.url = self.url
 
-    def _watch(self, endpoint: urls.Endpoint) -> None:
-        """Liveness options and the sessions of a new plain-scheme socket: a protocol-2 sender's
-        acknowledgement socket (not over inproc: no connection there drops), a receiver's links."""
-        sockets.stream_options(self.socket, sends=endpoint.sends, liveness=self.liveness)
-        if endpoint.sends and endpoint.transport != "inproc" and self.protocol == 2:
-            self._outlet = Outbound(self.socket, self._send_message, name=self.sender,
-                                    keeps=endpoint.socket_type != "PUB", liveness=self.liveness,
-                                    context=self._context, next_seq=lambda: self._seq,
-                                    secure=lambda sock: self._secure(sock, True))
-        elif not endpoint.sends and not self.raw:
-            self._inlet = Inbound(self.socket, endpoint.url, self.liveness, self._epochs, context=self._context,
-                                  name=self.sender, secure=lambda sock: self._secure(sock, False))
+    def _open_plain(self, endpoint: urls.Endpoint) -> PlainSender | PlainReceiver:
+        """The plain-scheme end for `endpoint`'s socket type, holding the shared context."""
+        context = sockets.acquire_context()
+        options = dict(encoding=self.encoding, socket_options=self.socket_options, security=self._security,
+                       name=self.sender)
+        try:
+            if endpoint.sends:
+                return PlainSender.open(context, endpoint, stats=self.stats, **options)
+            return PlainReceiver.open(context, endpoint, intake=self._intake, **options)
+        except BaseException:
+            self._security.release()
+            sockets.release_context()
+            raise
+
+    def _connect_sharing(self, endpoints: list) -> None:
+        """Start the server thread (zshare/zsplit) or the consumer (zjoin) for `endpoints`."""
+        if self.endpoints or self._end is not None:
+            raise ValueError("a sharing Connection is connected once, to all its URLs in one call")
+        if any(not e.sharing for e in endpoints) or len({e.sends for e in endpoints}) != 1:
+            raise ValueError(f"zshare/zsplit/zjoin URLs cannot be mixed with others: {[e.url for e in endpoints]}")
+        context = sockets.acquire_context()
+        options = dict(encoding=self.encoding, socket_options=self.socket_options, sharing=self.sharing_options,
+                       security=self._security, name=self.sender)
+        try:
+            if endpoints[0].sends:
+                self._end = SharingServerEnd.open(context, endpoints, stats=self.stats, **options)
+            else:
+                self._end = JoinerEnd.open(context, endpoints, intake=self._intake, **options)
+        except BaseException:
+            self._security.release()
+            sockets.release_context()
+            raise
+        for endpoint in endpoints:
+            self._security.warn_if_exposed(endpoint)
+        self.endpoints.extend(endpoints)
+        self.addresses.extend(self._end.addresses)
 
     @property
     def url(self) -> str:
         """The connection's URLs, comma-separated (used in error messages)."""
         return ",".join(e.url for e in self.endpoints) or "<not connected>"
 
+    @property
+    def socket(self) -> Any:
+        """The ZeroMQ socket batches go through (a sharing server's: the inproc socket feeding it;
+        None for zjoin, before connect() and after close())."""
+        return None if self._end is None else self._end.socket
+
+    @socket.setter
+    def socket(self, sock: Any) -> None:
+        self._end.socket = sock
+
+    @property
+    def delivery(self) -> dict | None:
+        """A sharing server's result once closed (what each consumer was not delivered); else None."""
+        return self._end.delivery if isinstance(self._end, SharingServerEnd) else None
+
+    @property
+    def epoch_number(self) -> int:
+        """Epochs ended: sent with end_epoch() by a sender, completed on receipt by a receiver."""
+        if isinstance(self._end, PlainSender):
+            return self._end.epoch_number
+        if isinstance(self._end, SharingServerEnd):
+            return self._end.sender.epoch_number
+        return self._intake.epoch_number
+
+    @epoch_number.setter
+    def epoch_number(self, value: int) -> None:
+        if isinstance(self._end, PlainSender):
+            self._end.epoch_number = value
+        elif isinstance(self._end, SharingServerEnd):
+            self._end.sender.epoch_number = value
+        else:
+            self._intake.epoch_number = value
+
     def close(self, linger: float | None = None) -> None:
         """Close the socket and release the shared context; safe to call twice.
 
         A sending socket first delivers what it sent (docs/transport.md, "What close() promises"):
         it returns once every peer connected now has read everything, however slow it is, waiting
-        at most `linger` seconds (default: `timeout`; None: while peers are connected; 0: discard
-        what is queued, without a word), and raises Undelivered, naming the peers and a bound on the
-        batches they did not get, when some did not. A receiving socket closes at once."""
+        at most `linger` seconds (default: `timeout`; a sharing server: None; None: while peers are
+        connected; 0: discard what is queued, without a word), and raises Undelivered, naming the
+        peers and a bound on the batches they did not get, when some did not. A receiving socket
+        closes at once."""
         if self._closed:
             return
         self._closed = True
-        if self._server is not None or self._joiner is not None:
-            try:
-                self._close_sharing(linger)
-            finally:
-                self._release_security()
-                sockets.release_context()
+        end = self._end
+        if end is None or end.socket is None and not isinstance(end, SHARING_ENDS):
             return
-        if self.socket is None:
+        if isinstance(end, SHARING_ENDS):
+            try:
+                end.close(linger)
+            finally:
+                self._release()
             return
         linger = self.timeout if linger is None else linger
         delivery, stuck = None, False
         try:
-            delivery = self._close_socket(linger)
+            delivery = end.close(linger)
         except BaseException:
-            stuck = self._outlet is not None and linger is None  # its socket may linger for ever
-            if not self.socket.closed:
-                self.socket.close(linger=0)
+            stuck = linger is None and self._keeps_sessions()  # its socket may linger for ever
             raise
         finally:
-            self.socket = None
-            self._release_security()
-            sockets.release_context(stuck)
+            self._release(stuck)
         if delivery is not None:
             delivery.check(self.url)
 
-    def _close_socket(self, linger: float | None) -> Any:
-        """Close the plain-scheme socket (see close); the Delivery of a protocol-2 sending one."""
-        if self._inlet is not None:
-            self._inlet.close()
-        if self._outlet is not None:
-            return self._outlet.finish(linger)
-        sending = bool(self.endpoints) and self.endpoints[0].sends
-        self.socket.close(linger=(-1 if linger is None else int(max(linger, 0.0) * 1000)) if sending else 0)
-        return None
+    def _keeps_sessions(self) -> bool:
+        """True for a plain sender with sessions (its close waits for confirmations)."""
+        return isinstance(self._end, PlainSender) and self._end.outbound is not None
+
+    def _release(self, stuck: bool = False) -> None:
+        """After the end's sockets closed: release what CURVE took, then the shared context."""
+        try:
+            self._security.release()
+        finally:
+            sockets.release_context(stuck)
 
     def __enter__(self) -> "Connection":
         return self
@@ -262,7 +295,7 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
     def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
         """close(); leaving by an exception, a plain sending socket discards what is still queued
         rather than wait to deliver it."""
-        self.close(linger=0.0 if exc_type is not None and self._outlet is not None else None)
+        self.close(linger=0.0 if exc_type is not None and self._keeps_sessions() else None)
 
     def __del__(self) -> None:
         """Collected without close() (in the process that made it): release what it holds without
@@ -273,28 +306,132 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
                 or sys.is_finalizing()):
             return
         self._closed = True
+        end = self._end
         try:
-            if self._server is not None or self._joiner is not None:
-                self._drop_sharing()
-            elif self.socket is not None:
+            if isinstance(end, SHARING_ENDS):
+                if isinstance(end, SharingServerEnd) and end.in_server_thread():  # no thread waits for itself
+                    threading.Thread(target=self._abandon, args=(end,), name="tensorcom-drop", daemon=True).start()
+                else:
+                    self._abandon(end)
+            elif end is not None and end.socket is not None:
                 try:
-                    self._close_socket(0.0)
+                    end.close(0.0)
                 finally:
-                    self.socket = None
-                    self._release_security()
-                    sockets.release_context()
+                    self._release()
         finally:
             warnings.warn(f"unclosed Connection {self.url}: its sockets were closed when it was collected "
                           "(call close(), or use it in a with block)", ResourceWarning, source=self)
+
+    def _abandon(self, end: Any) -> None:
+        """Stop a sharing end without waiting (nothing more is delivered), then release."""
+        try:
+            end.abandon()
+        finally:
+            self._release()
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    def _sending_end(self) -> PlainSender:
+        end = self._end
+        if isinstance(end, SharingServerEnd):
+            end = end.sender
+        if not isinstance(end, PlainSender) or end.socket is None:
+            raise TransportError("Connection is closed or not connected" if end is None or self._closed
+                                 else "a receiving Connection cannot send", self.url)
+        return end
+
+    def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True) -> None:
+        """Send one batch: a list/tuple of arrays (protocol 1 or 2) or a dict of fields (protocol 2);
+        leaves may be numpy arrays, torch tensors (sent as numpy) or plain values (protocol 2).
+
+        With `copy` (the default) the batch's data is copied before send() returns: the caller may
+        overwrite or reuse its arrays at once, and receivers get the values of the time of the call.
+        `copy=False` passes ownership instead: ZeroMQ's I/O thread reads the arrays' memory later,
+        so the caller must not modify them afterwards (a torn or changed batch would arrive)."""
+        if self._end is None:  # a bad batch is reported first, as by a connected sender
+            prepare_batch(batch, self.allow64 if allow64 is None else allow64)
+        self._sending_end().send(batch, allow64=allow64, copy=copy)
+
+    write = send
+
+    def end_epoch(self) -> None:
+        """Send an end-of-epoch marker (protocol 2; with protocol 1 nothing is sent) and start the next
+        epoch. A PUSH socket sends one marker per connected peer (per endpoint over inproc) so that,
+        round-robin, each peer gets one."""
+        self._sending_end().end_epoch()
+
+    def serve(self, source: Iterable, *, report: int = -1, copy: bool = False) -> int:
+        """Send every batch of `source`, then an end-of-epoch marker; returns the number of batches.
+        `source` hands its batches over (zero-copy, as `send(batch, copy=False)`): it must not modify
+        a batch after yielding it; `copy=True` for a source that refills the same arrays.
+        `report` > 0 prints statistics to stderr every `report` samples."""
+        return self._sending_end().serve(source, report=report, copy=copy, count_samples=self.batchsize)
+
+    # ---- receiving ----------------------------------------------------------------------------
+
+    def _receiving_end(self) -> PlainReceiver | JoinerEnd:
+        end = self._end
+        if not isinstance(end, RECEIVING_ENDS) or self._closed:
+            raise TransportError("Connection is closed or not connected" if end is None or self._closed
+                                 else "a sending Connection cannot receive", self.url)
+        return end
+
+    def recv(self) -> Any:
+        """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
+        when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
+        end = self._receiving_end()
+        batch = end.next_batch()
+        while batch is EPOCH_END:
+            batch = end.next_batch()
+        return batch
+
+    def items(self, report: int | None = None) -> Iterator[Any]:
+        """Iterate over the batches of one epoch (see the module docstring for when it ends).
+        `report` > 0 (default: the constructor's) prints statistics to stderr every `report` samples."""
+        report = self.report if report is None else report
+        yielded, next_report = 0, report
+        while yielded < self.epoch:
+            if 0 < self.total <= self.count:
+                return
+            batch = self._receiving_end().next_batch()
+            if batch is EPOCH_END:
+                return
+            yielded += 1
+            if report > 0 and self.count >= next_report:
+                print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
+                next_report += report
+            yield batch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.items()
 
     def __len__(self) -> int:
         """0.1's `epoch` argument."""
         return self.epoch
 
-    def _live_socket(self) -> Any:
-        if self.socket is None:
-            raise TransportError("Connection is closed or not connected", self.url)
-        return self.socket
+    def batchsize(self, batch: Any) -> int:
+        """Samples in `batch` (1 when batch_count is False)."""
+        return batch_size(batch) if self.batch_count else 1
+
+    # ---- sharing ------------------------------------------------------------------------------
+
+    @property
+    def consumers(self) -> list[dict]:
+        """A sharing server's consumers: name, epoch, pos, lag, samples_per_s, credit, free (refreshed
+        about every second); for a consumer (zjoin), the last status an observer received."""
+        return self._end.consumers if isinstance(self._end, SHARING_ENDS) else []
+
+    def consumer_status(self, wait: float = 1.0) -> list[dict]:
+        """A consumer's (zjoin) view of its servers' consumers after reading for `wait` seconds (join
+        with observe=True to watch without taking batches); a server's own `consumers` at once."""
+        if isinstance(self._end, JoinerEnd):
+            return self._end.consumer_status(wait)
+        return self.consumers
+
+    @property
+    def joined_at(self) -> dict:
+        """A consumer's (epoch, position) where its session with each server started (URL -> pair)."""
+        return self._end.joined_at if isinstance(self._end, JoinerEnd) else {}
 
     # ---- resume ---------------------------------------------------------------------------------
 
@@ -303,23 +440,17 @@ class Connection(SendingSide, ReceivingSide, SharingSide, SecuredSockets):
         worker: batches, samples, whether the worker ended the epoch) and its completed passes; a
         JSON-ready dict (layout in tensorcom.transport.resume). `tensorcom.serve(..., resume=STATE)`
         and `--resume FILE` continue from it."""
-        return self._consumed.state_dict()
+        return self._intake.consumed.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the record of `state` (from state_dict(), e.g. in a restarted training job), so a
         later state_dict() counts what was consumed before it too. ValueError for a malformed state."""
-        self._consumed.load_state_dict(state)
-        self.epoch_number = self._consumed.passes
+        self._intake.load_state_dict(state)
 
     def save_state(self, path: Any) -> None:
         """Write state_dict() as JSON to `path` (atomically), for `tensorcom serve --resume FILE`."""
         save_state(self.state_dict(), path)
 
-    def batchsize(self, batch: Any) -> int:
-        """Samples in `batch` (1 when batch_count is False)."""
-        return batch_size(batch) if self.batch_count else 1
-
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.endpoints)} endpoint(s)"
         return f"<Connection {self.url} protocol={self.protocol} {state}>"
-

@@ -1,0 +1,65 @@
+"""`Intake`: what every receiving endpoint does with a batch it hands to the caller: statistics, the
+sample count, the batch's size, the resume record (tensorcom.transport.resume), then the batch
+transforms and converters.
+
+    intake = Intake(decoding, passing, stats)
+    batch = intake.accept(message)    # a decoded wire.Message of kind "batch" -> the batch to hand over
+    intake.marker(message)            # an end-of-epoch marker: the resume record notes its portion
+    intake.pass_ended()               # a pass completed: epoch_number (and the record's passes) + 1
+
+Pure: no sockets. Counters: `count` (samples received), `batch_size` (of the last batch),
+`epoch_number` (passes completed), `consumed` (the Consumption record).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorcom.transport.batches import batch_size, transform_with
+from tensorcom.transport.options import Decoding, PassOptions
+from tensorcom.transport.resume import Consumption
+from tensorcom.transport.stats import Statistics
+
+
+class Intake:
+    """Accounts for received batches (module docstring); `passing.batch_count` False counts every batch
+    as one sample."""
+
+    def __init__(self, decoding: Decoding, passing: PassOptions, stats: Statistics):
+        self.decoding, self.passing, self.stats = decoding, passing, stats
+        self.count = 0
+        self.batch_size = 1
+        self.epoch_number = 0
+        self.consumed = Consumption()
+
+    def samples(self, batch: Any) -> int:
+        """Samples in `batch` (1 when batch_count is False)."""
+        return batch_size(batch) if self.passing.batch_count else 1
+
+    def accept(self, message: Any) -> Any:
+        """Account for a batch message; its batch (a tuple made a list), transformed and converted."""
+        batch = message.batch
+        if isinstance(batch, tuple):
+            batch = list(batch)
+        self.batch_size = self.samples(batch)
+        self.stats.add(message.nbytes, self.batch_size)
+        self.count += self.batch_size
+        if message.portion is not None:
+            self.consumed.batch(message.portion, message.epoch, self.batch_size)
+        batch = transform_with(batch, self.decoding.batch_transforms)
+        return transform_with(batch, self.decoding.converters)
+
+    def marker(self, message: Any) -> None:
+        """Note an end-of-epoch marker of a served portion in the resume record."""
+        if message.portion is not None:
+            self.consumed.marker(message.portion, message.epoch)
+
+    def pass_ended(self) -> None:
+        """A pass completed: count it, and the resume record counts passes as epoch_number does."""
+        self.epoch_number += 1
+        self.consumed.passes = self.epoch_number
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the resume record of `state`; epoch_number becomes its passes."""
+        self.consumed.load_state_dict(state)
+        self.epoch_number = self.consumed.passes
