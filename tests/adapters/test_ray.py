@@ -218,7 +218,7 @@ def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_p
     portion = ("stream-x", 0, 1)
     try:
         with Connection(hub.addresses[0].replace("tcp", "zjoin"), credit=8, timeout=20) as consumer:
-            first = Connection(hub.worker_url, group="stream-x", share=portion)
+            first = Connection(hub.worker_url, group="stream-x", portion=portion)
             for i in range(3):
                 first.send(batch(i))
             deadline = time.monotonic() + 10
@@ -229,7 +229,7 @@ def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_p
             for i in (3, 4):
                 first.send(batch(i))  # late: dropped
             first.close(linger=5)
-            second = Connection(hub.worker_url, group="stream-x", share=portion)
+            second = Connection(hub.worker_url, group="stream-x", portion=portion)
             for i in range(6)[plan.skip(0, 0):]:
                 second.send(batch(i))
             second.end_epoch()

@@ -65,7 +65,7 @@ def input_port(hub: Hub) -> int:
 def send_through(hub: Hub, url: str, fault=None) -> Connection:
     """Send BATCHES batches and the epoch's marker from a sender that connects to `url` (the hub's
     input or a proxy to it), calling fault() after FAULT_AT batches; returns the open sender."""
-    sender = Connection(url, group=STREAM, group_size=1, share=(STREAM, 0, 1), liveness=10, timeout=60)
+    sender = Connection(url, group=STREAM, group_size=1, portion=(STREAM, 0, 1), liveness=10, timeout=60)
     for i in range(BATCHES):
         sender.send(batch(i))
         if i + 1 == FAULT_AT and fault is not None:

@@ -94,8 +94,8 @@ def test_a_restart_with_another_worker_count_starts_the_stream_over():
 def test_connection_records_what_it_hands_over(tmp_path):
     """Sender connections tagged with portions (as tensorcom.serve's workers) -> the receiver's state."""
     with Connection("zpull+inproc://resume-a", timeout=5) as receiver, \
-            Connection("zpush+inproc://resume-a", share=("s", 1, 2), group="s", group_size=2) as w1, \
-            Connection("zpush+inproc://resume-a", share=("s", 0, 2), group="s", group_size=2) as w0:
+            Connection("zpush+inproc://resume-a", portion=("s", 1, 2), group="s", group_size=2) as w1, \
+            Connection("zpush+inproc://resume-a", portion=("s", 0, 2), group="s", group_size=2) as w0:
         w1.epoch_number = w0.epoch_number = 5
         for i in range(3):
             w1.send({"x": np.zeros((4, 2), np.float32), "i": i})

@@ -213,7 +213,7 @@ def serve_portion(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterato
     options = dict(job.options)
     linger = options.pop("linger", DEFAULT_LINGER)
     conn = Connection(job.urls[index], group=job.group, group_size=job.group_size,
-                      share=(plan.stream, index, plan.workers), **options)
+                      portion=(plan.stream, index, plan.workers), **options)
     skips = {epoch: n for (epoch, worker), n in plan.skips.items() if worker == index}
     try:
         yield from send_epochs(pipeline, conn, job.epochs, plan.epoch, stop, barrier, skips)

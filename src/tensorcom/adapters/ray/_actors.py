@@ -126,7 +126,7 @@ class ServerActor:
             self.portion = self.feed.get().open(self.index, self.job.workers)
             options = {key: value for key, value in self.job.options.items() if key != "linger"}
             self.conn = Connection(self.job.urls, group=self.job.stream, group_size=self.job.workers,
-                                   share=(self.job.stream, self.index, self.job.workers), **options)
+                                   portion=(self.job.stream, self.index, self.job.workers), **options)
         return self.conn.sender, os.getpid(), node_address(require_ray()), self.served
 
     def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int]:
