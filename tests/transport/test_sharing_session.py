@@ -207,3 +207,49 @@ def test_share_is_done_only_when_every_end_is_acknowledged():
     assert not book.done()
     book.ack("a", sends[1].number)
     assert book.done()
+
+
+def test_split_a_departed_consumers_batches_are_held_and_what_it_used_stays_its_own():
+    book, stream = SplitBook(replay=100), Stream()
+    book.join("a", "a", 3)
+    book.join("b", "b", 3)
+    feed(book, stream, "bbbbbbe")
+    book.end_stream()
+    sends = book.sends()
+    mine = [s for s in sends if s.peer == "a"]
+    for send in sends:
+        if send.peer == "b":
+            book.ack("b", send.number)
+    book.disconnect("a", 0.0)  # partitioned after handing out its first two (their acks were lost)
+    assert book.expire(10.0, 1.0, hold=5.0) == ["a"]
+    assert book.reassigned == 0 and book.sends() == []  # held for a: b gets none of them, the end waits
+    assert not book.done() and book.undelivered() == {"a": 3}
+    assert book.expire(14.9, 1.0, hold=5.0) == [] and book.sends() == []
+    welcome = book.resume("a", mine[1].number)  # back in time: 1 and 2 were used, 3 was not
+    assert welcome.resumed and welcome.n == 3
+    again = book.sends()
+    assert [s.item for s in again if not s.item.is_end] == [mine[2].item]  # to whoever has room, once
+    assert book.reassigned == 1
+    for send in again:
+        book.ack(send.peer, send.number)
+    ends = book.sends()
+    assert sorted(s.peer for s in ends if s.item.is_end) == ["a", "b"]
+    for send in ends:
+        book.ack(send.peer, send.number)
+    assert book.done()
+
+
+def test_split_held_batches_go_to_others_when_the_hold_passes():
+    book, stream = SplitBook(replay=100), Stream()
+    book.join("a", "a", 2)
+    book.join("b", "b", 2)
+    feed(book, stream, "bbbb")
+    mine = [s.item for s in book.sends() if s.peer == "a"]
+    book.ack("b", 2)
+    book.disconnect("a", 0.0)
+    book.expire(10.0, 1.0, hold=5.0)
+    assert book.sends() == []
+    book.expire(15.0, 1.0, hold=5.0)  # the hold passed: the batches go to b, once
+    assert book.reassigned == 2 and [s.item for s in book.sends()] == mine
+    book.resume("a", 0)  # back too late: nothing of b's is taken back, its numbers go on
+    assert book.reassigned == 2 and book.sends() == []

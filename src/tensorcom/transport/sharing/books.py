@@ -12,13 +12,20 @@ The server feeds a book the stream it serves and the consumers' messages, and se
     book.done()                                    the stream ended; everything, ends too, was acknowledged
     book.disconnect(peer, now)                     its connection closed: nothing is sent to it meanwhile
     book.resume(peer, upto) -> Welcome | None      it reconnected: its session goes on (None: join anew)
-    book.expire(now, window) -> [peer]             remove those down for `window` s (kept as departed)
+    book.expire(now, window, hold) -> [peer]       remove those down for `window` s (kept as departed)
 
 Reconnects: deliveries (batches and epoch ends) are numbered 1, 2, ... per consumer; after a
 resume, what was delivered and not acknowledged is delivered again first, with the same numbers, so
 the consumer drops what it has. A departed consumer that comes back goes on with its session when
 it still can (share: the buffer still holds what it lacks; split: the batches it used are taken back
 from the queue while nobody else has them, and its numbers go on after its old ones).
+
+Split mode, held batches: a consumer that departed may have used batches whose acknowledgements the
+fault lost (a partition cuts them off after it handed them out). Only its return says which, so its
+unacknowledged batches stay its own for `hold` seconds more (the epoch's end waits for them): back in
+time, it keeps those up to its `upto` and the rest go to others; after `hold`, or when it is
+forgotten, they go to others (and what it used is then had twice: the price of a peer that stays
+away). A consumer that said `leave`, or was removed, gives its batches back at once.
 
 Credit: a consumer joins with `credit` (its prefetch depth) and acknowledges each batch when it hands
 it to its caller; a server never has more than `credit` unacknowledged batches out to one consumer, so
@@ -126,15 +133,25 @@ class _Book:
         consumer.up, consumer.down_since = True, None
         return Welcome(self.mode, *consumer.position, resumed=True, n=consumer.acked)
 
-    def expire(self, now: float, window: float) -> list:
+    def expire(self, now: float, window: float, hold: float = 0.0) -> list:
         """Remove the consumers whose connection has been down for `window` seconds (kept as departed,
-        should they come back); returns their peers."""
+        should they come back; split: their batches held `hold` s more); returns their peers."""
         gone = [p for p, c in self.consumers.items() if not c.up and now - c.down_since >= window]
         for peer in gone:
-            self.departed[peer] = self.remove(peer)
+            self.departed[peer] = self._depart(peer, now + hold)
             while len(self.departed) > MAX_DEPARTED:
-                self.departed.pop(next(iter(self.departed)))
+                self._release(self.departed.pop(next(iter(self.departed))))
+        for consumer in self.departed.values():
+            if consumer.held_until is not None and now >= consumer.held_until:
+                self._release(consumer)
         return gone
+
+    def _depart(self, peer: Any, held_until: float) -> Consumer | None:
+        """Remove an expired consumer (split mode holds its batches until `held_until`)."""
+        return self.remove(peer)
+
+    def _release(self, consumer: Consumer) -> None:
+        """A departed consumer's held batches go to others (split mode)."""
 
     def take_detached(self) -> list[tuple[Any, str]]:
         """Consumers detached since the last call, with the reason to tell them."""
@@ -291,17 +308,39 @@ class SplitBook(_Book):
     def remove(self, peer: Any) -> Consumer | None:
         """Forget a consumer; its unacknowledged batches go back to the front of the queue."""
         consumer = self.consumers.pop(peer, None)
-        if consumer is None:
-            return None
+        if consumer is not None:
+            self._give_back(consumer)
+        return consumer
+
+    def _depart(self, peer: Any, held_until: float) -> Consumer | None:
+        consumer = self.consumers.pop(peer, None)
+        if consumer is not None:
+            consumer.held_until = held_until
+        return consumer
+
+    def _release(self, consumer: Consumer) -> None:
+        if consumer.held_until is not None:
+            consumer.held_until = None
+            self._give_back(consumer)
+
+    def _give_back(self, consumer: Consumer) -> None:
+        """A consumer's unacknowledged batches go back to the front of the queue."""
         returned = [item for item in [*(item for _, item in consumer.unacked), *consumer.resend] if not item.is_end]
         self.reassigned += len(returned)
         self.pending.extendleft(reversed(returned))
-        return consumer
+
+    def _held(self) -> int:
+        """Batches held for departed consumers (module docstring)."""
+        return sum(c.pending_batches() for c in self.departed.values() if c.held_until is not None)
 
     def _revive(self, consumer: Consumer, upto: int) -> Consumer:
-        """A departed consumer back: the batches it had up to `upto` (it used them) are taken back
-        from the queue while nobody else has them yet; the rest stay others'. Its numbers go on past
-        everything it was sent, so it drops its old copies; ends it lacks are sent again."""
+        """A departed consumer back: the batches it had up to `upto` are its own (it used them): still
+        held, they count as acknowledged; given to others, they are taken back from the queue while
+        nobody else has them yet. The rest go to others. Its numbers go on past everything it was
+        sent, so it drops its old copies; ends it lacks are sent again."""
+        if consumer.held_until is not None:
+            consumer.ack(upto)
+            self._release(consumer)
         delivered = [*consumer.unacked, *((None, item) for item in consumer.resend)]
         for number, item in delivered:
             if number is not None and number <= upto and not item.is_end and item in self.pending:
@@ -339,7 +378,8 @@ class SplitBook(_Book):
             if consumer.free <= 0:
                 break
             result.append(consumer.deliver(self.pending.popleft()))
-        if self.closing is not None and not self.pending and self.consumers and not self._outstanding():
+        if (self.closing is not None and not self.pending and self.consumers and not self._outstanding()
+                and not self._held()):
             for consumer in self.consumers.values():  # one that is away gets it when it is back
                 if consumer.up:
                     result.append(consumer.deliver(self.closing))
@@ -350,12 +390,15 @@ class SplitBook(_Book):
 
     def done(self) -> bool:
         """The stream ended, every batch was acknowledged and every consumer acknowledged its ends."""
-        return (self.ended and self.closing is None and not self.pending
+        return (self.ended and self.closing is None and not self.pending and not self._held()
                 and all(c.settled() for c in self.consumers.values()))
 
     def undelivered(self) -> dict[str, int]:
         """Batches not acknowledged by anyone: pending ones under "(nobody)", the rest per consumer."""
         result = {c.name: c.pending_batches() for c in self.consumers.values() if c.pending_batches()}
+        for c in self.departed.values():
+            if c.held_until is not None and c.pending_batches():
+                result[c.name] = result.get(c.name, 0) + c.pending_batches()
         if self.pending:
             result["(nobody)"] = len(self.pending)
         return result

@@ -21,7 +21,8 @@ and the last delivery it has, and the session goes on: what it had not acknowled
 with the same numbers (it drops what it already has). ZMTP heartbeats on the ROUTER (answered by
 ZeroMQ's I/O thread while Python is busy) and a socket monitor tell when a connection closed: nothing
 is sent to that consumer then, and only when it stays away for the liveness window is it removed
-(split mode: its unacknowledged batches go to others; the book remembers it, should it come back).
+(split mode: its unacknowledged batches go to others HOLD_WINDOWS windows later, unless it comes
+back first and says which it used; the book remembers it, should it come back).
 A consumer's message that is not the protocol (bad magic, bad fields) is counted in `rejected` and
 ignored; a malformed input message stops the thread (wait() raises DecodeError naming the input).
 """
@@ -50,6 +51,7 @@ from tensorcom.transport.sharing.handoff import Arena
 POLL_MS = 50
 BYE_LINGER = 2.0  # seconds the last messages to live consumers get to leave after the stream ended
 STATUS_INTERVAL = 1.0  # seconds between status messages to observers
+HOLD_WINDOWS = 3  # split: a departed consumer's batches stay its own this many liveness windows more
 _GONE = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
@@ -195,7 +197,7 @@ class ShareServer(StreamInput):
         if self.input in ready or self._input_pending() or (taking and self._ahead is not None):
             self._on_input()
         self._deliver()
-        for peer in self.book.expire(time.monotonic(), self.window):
+        for peer in self.book.expire(time.monotonic(), self.window, HOLD_WINDOWS * self.window):
             self._forget(peer, lost=True)
         self._maybe_status()
 
