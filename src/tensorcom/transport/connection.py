@@ -18,12 +18,10 @@ stream without markers (a tensorcom 0.1 server) never ends by itself; a pass als
 batches (so it yields at most `len(conn)` batches), after `total` samples over the connection's life
 (when > 0), or with `RecvTimeout` after `timeout` seconds of silence.
 
-Liveness (plain schemes, protocol 2): a receiver raises `PeerLost` when the senders its pass waits
-on are gone (killed, host vanished, network dropped), instead of waiting for ever; the rules are in
-`tensorcom.transport.liveness`, the waiting in `_inbound`. Closing a sender delivers what it sent
-to every connected peer, however slow, or raises `Undelivered` saying how much may be lost
-(`_outbound`). Lost end-of-epoch markers (PUB/SUB) are made up for by the epoch book, so a pass
-never mixes two epochs of a sender.
+Liveness (protocol 2): a receiver raises `PeerLost` when the senders its pass waits on are gone,
+instead of waiting for ever (`tensorcom.transport.liveness`). Closing a sender delivers what it sent
+to every connected peer, however slow, or raises `Undelivered` saying how much may be lost. Lost
+end-of-epoch markers (PUB/SUB) are made up for by the epoch book.
 
 Resume: batches from `tensorcom.serve` carry their portion (stream, worker i of N) and epoch; the
 receiver records what it was handed (`tensorcom.transport.resume`), `state_dict()` / `save_state()`
@@ -52,15 +50,14 @@ from tensorcom import urls, wire
 from tensorcom._options import renamed_option
 from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
-from tensorcom.transport.batches import batch_size, prepare_batch
+from tensorcom.transport.batches import prepare_batch
 from tensorcom.transport.ends import (EPOCH_END, Intake, JoinerEnd, PlainReceiver, PlainSender, SharingServerEnd,
-                                      SocketSecurity)
+                                      SocketSecurity, url_of)
 from tensorcom.transport.options import DEFAULT_HWM, Decoding, Encoding, PassOptions, SharingOptions, SocketOptions
 from tensorcom.transport.resume import save_state
 from tensorcom.transport.stats import Statistics
 
 SHARING_ENDS = (SharingServerEnd, JoinerEnd)
-RECEIVING_ENDS = (PlainReceiver, JoinerEnd)
 
 
 def _option(group: str, name: str) -> property:
@@ -71,31 +68,16 @@ def _option(group: str, name: str) -> property:
 class Connection:
     """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
 
-    0.1 arguments: url (str, brace-expanded unless noexpand, or a list), epoch (len(conn), and the most
-    batches one pass yields), total (stop after this many samples in all, when > 0), multipart (False:
-    one frame per message), infos (per-tensor labels, protocol 1 and list batches), device (None: numpy;
-    else a torch device to convert to), allow64 (permit 64-bit arrays on send), raw (recv returns the
-    undecoded frames), batch_transforms and converters (functions per field; converters may be "torch",
-    "torch_cuda", "numpy"), batch_count (count samples, not batches), report (print stats to stderr
-    every N samples while iterating), stats_horizon (window for recent rates).
-    New, keyword only: timeout (seconds; recv raises RecvTimeout, send TransportError; None waits),
-    sndhwm / rcvhwm (high-water marks, messages), protocol (1 or 2), max_message_size (bytes; default
-    settings.max_message_size()), group / group_size (carried by end-of-epoch markers), senders (groups
-    expected when binding), topic (SUB subscription, as 0.1's connect(url, topic)), portion (a
-    wire.Portion (stream, worker, workers) sent with every protocol-2 message; tensorcom.serve sets it;
-    `share` is its deprecated spelling).
-    Sharing schemes (docs/transport.md, "One pipeline, many jobs"): a zshare/zsplit server takes
-    min_consumers (wait for that many before the first batch), replay (batches kept for slow and late
-    consumers) and policy ("pace" or "detach"); a zjoin consumer takes credit (batches prefetched),
-    batch_size (rebatch to this many samples) and observe (status reports only); shm (both sides; None:
-    on this host unless $TENSORCOM_SHM=0, True: ask, False: never) hands batches over in shared memory.
-    Security (docs/security.md): curve (a tensorcom.transport.security.Curve; default: the
-    $TENSORCOM_CURVE_* variables, none when unset) secures every socket with ZeroMQ CURVE.
-    Liveness: liveness (seconds, None: off) is how long a silent peer counts as alive; on the plain
-    schemes a receiver raises PeerLost by the rules of tensorcom.transport.liveness, and a sender's
-    session link tells receivers it is reachable.
-    The options are kept, checked, in `passing`, `encoding`, `socket_options`, `decoding` and
-    `sharing_options` (tensorcom.transport.options); each is also readable under its own name.
+    tensorcom 0.1's arguments, in its order: url (str, brace-expanded unless noexpand, or a list),
+    epoch, total, multipart, infos, device, allow64, raw, batch_transforms, batch_count, converters,
+    report, stats_horizon, noexpand. Keyword only: timeout, sndhwm, rcvhwm, protocol,
+    max_message_size, group, group_size, senders, topic, portion (`share`: its deprecated spelling),
+    the sharing schemes' min_consumers, replay, policy, credit, batch_size, observe and shm
+    (docs/transport.md, "One pipeline, many jobs"), liveness, and curve (docs/security.md).
+    What each means is said by the dataclass that keeps it, checked (tensorcom.transport.options):
+    `passing` (PassOptions), `encoding` (Encoding), `socket_options` (SocketOptions), `decoding`
+    (Decoding), `sharing_options` (SharingOptions). Each option is also readable under its own name
+    (`conn.timeout`); `sharing` holds the sharing options given.
     """
 
     epoch, total, report, batch_count = (_option("passing", n) for n in ("epoch", "total", "report", "batch_count"))
@@ -210,7 +192,7 @@ class Connection:
     @property
     def url(self) -> str:
         """The connection's URLs, comma-separated (used in error messages)."""
-        return ",".join(e.url for e in self.endpoints) or "<not connected>"
+        return url_of(self.endpoints)
 
     @property
     def socket(self) -> Any:
@@ -230,20 +212,16 @@ class Connection:
     @property
     def epoch_number(self) -> int:
         """Epochs ended: sent with end_epoch() by a sender, completed on receipt by a receiver."""
-        if isinstance(self._end, PlainSender):
-            return self._end.epoch_number
-        if isinstance(self._end, SharingServerEnd):
-            return self._end.sender.epoch_number
-        return self._intake.epoch_number
+        return self._counter().epoch_number
 
     @epoch_number.setter
     def epoch_number(self, value: int) -> None:
-        if isinstance(self._end, PlainSender):
-            self._end.epoch_number = value
-        elif isinstance(self._end, SharingServerEnd):
-            self._end.sender.epoch_number = value
-        else:
-            self._intake.epoch_number = value
+        self._counter().epoch_number = value
+
+    def _counter(self) -> PlainSender | Intake:
+        """What counts this Connection's epochs: its sender, else the receivers' intake."""
+        end = self._end.sender if isinstance(self._end, SharingServerEnd) else self._end
+        return end if isinstance(end, PlainSender) else self._intake
 
     def close(self, linger: float | None = None) -> None:
         """Close the socket and release the shared context; safe to call twice.
@@ -331,14 +309,16 @@ class Connection:
 
     # ---- sending ------------------------------------------------------------------------------
 
+    def _usable(self, end: Any, kinds: tuple, cannot: str) -> Any:
+        """`end` when it is one of `kinds` and open; TransportError naming the URL otherwise."""
+        if isinstance(end, kinds) and not self._closed:
+            return end
+        raise TransportError("Connection is closed or not connected" if end is None or self._closed
+                             else f"a {cannot}", self.url)
+
     def _sending_end(self) -> PlainSender:
-        end = self._end
-        if isinstance(end, SharingServerEnd):
-            end = end.sender
-        if not isinstance(end, PlainSender) or end.socket is None:
-            raise TransportError("Connection is closed or not connected" if end is None or self._closed
-                                 else "a receiving Connection cannot send", self.url)
-        return end
+        end = self._end.sender if isinstance(self._end, SharingServerEnd) else self._end
+        return self._usable(end, (PlainSender,), "receiving Connection cannot send")
 
     def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True) -> None:
         """Send one batch: a list/tuple of arrays (protocol 1 or 2) or a dict of fields (protocol 2);
@@ -370,11 +350,7 @@ class Connection:
     # ---- receiving ----------------------------------------------------------------------------
 
     def _receiving_end(self) -> PlainReceiver | JoinerEnd:
-        end = self._end
-        if not isinstance(end, RECEIVING_ENDS) or self._closed:
-            raise TransportError("Connection is closed or not connected" if end is None or self._closed
-                                 else "a sending Connection cannot receive", self.url)
-        return end
+        return self._usable(self._end, (PlainReceiver, JoinerEnd), "sending Connection cannot receive")
 
     def recv(self) -> Any:
         """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
@@ -388,19 +364,7 @@ class Connection:
     def items(self, report: int | None = None) -> Iterator[Any]:
         """Iterate over the batches of one epoch (see the module docstring for when it ends).
         `report` > 0 (default: the constructor's) prints statistics to stderr every `report` samples."""
-        report = self.report if report is None else report
-        yielded, next_report = 0, report
-        while yielded < self.epoch:
-            if 0 < self.total <= self.count:
-                return
-            batch = self._receiving_end().next_batch()
-            if batch is EPOCH_END:
-                return
-            yielded += 1
-            if report > 0 and self.count >= next_report:
-                print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
-                next_report += report
-            yield batch
+        return self._intake.one_pass(lambda: self._receiving_end().next_batch(), report)
 
     def __iter__(self) -> Iterator[Any]:
         return self.items()
@@ -411,7 +375,7 @@ class Connection:
 
     def batchsize(self, batch: Any) -> int:
         """Samples in `batch` (1 when batch_count is False)."""
-        return batch_size(batch) if self.batch_count else 1
+        return self._intake.samples(batch)
 
     # ---- sharing ------------------------------------------------------------------------------
 

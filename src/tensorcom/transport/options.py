@@ -95,10 +95,13 @@ class Encoding:
 
 @dataclass(frozen=True)
 class SocketOptions:
-    """What the sockets get: `timeout` (seconds; None waits), `sndhwm` / `rcvhwm` (messages),
-    `liveness` (seconds a silent peer counts as alive; None: off), `curve` (a security.Curve; None:
-    $TENSORCOM_CURVE_* when set), `topic` (SUB subscription), `senders` (groups expected when
-    binding), `noexpand` (no brace expansion of URLs)."""
+    """What the sockets get: `timeout` (seconds; recv raises RecvTimeout, send TransportError; None
+    waits), `sndhwm` / `rcvhwm` (high-water marks, messages), `liveness` (seconds a silent peer counts
+    as alive, None: off; on the plain schemes a receiver raises PeerLost by the rules of
+    tensorcom.transport.liveness), `curve` (a tensorcom.transport.security.Curve securing every
+    socket with ZeroMQ CURVE; None: the $TENSORCOM_CURVE_* variables, none when unset), `topic` (SUB
+    subscription, as 0.1's connect(url, topic)), `senders` (groups expected when binding), `noexpand`
+    (no brace expansion of URLs)."""
 
     timeout: float | None = None
     sndhwm: int = DEFAULT_HWM
@@ -139,9 +142,13 @@ CONSUMER_OPTIONS = ("credit", "batch_size", "observe", "shm")  # what a zjoin co
 
 @dataclass(frozen=True)
 class SharingOptions:
-    """The sharing schemes' options (docs/transport.md, "One pipeline, many jobs"): a server's
-    `min_consumers`, `replay`, `policy`; a consumer's `credit`, `batch_size`, `observe`; `shm` for
-    both. None leaves the server's or joiner's own default; they check the values themselves."""
+    """The sharing schemes' options (docs/transport.md, "One pipeline, many jobs"). A zshare/zsplit
+    server's `min_consumers` (wait for that many before the first batch), `replay` (batches kept for
+    slow and late consumers), `policy` ("pace" or "detach"); a zjoin consumer's `credit` (batches
+    prefetched), `batch_size` (rebatch to this many samples), `observe` (status reports only); `shm`
+    for both (None: on this host unless $TENSORCOM_SHM=0, True: ask, False: never) hands batches over
+    in shared memory. None leaves the server's or joiner's default; they check the values. `given`:
+    the options given (not None), by name."""
 
     min_consumers: int = 1
     replay: int | None = None

@@ -14,11 +14,12 @@ Receiving ends' `next_batch()` returns a batch or `EPOCH_END`; every end has `cl
 `endpoints`, `socket`.
 """
 
+from tensorcom.transport.ends.attached import url_of
 from tensorcom.transport.ends.curve import SocketSecurity
-from tensorcom.transport.ends.intake import Intake
-from tensorcom.transport.ends.plain_receiver import EPOCH_END, PlainReceiver
+from tensorcom.transport.ends.intake import EPOCH_END, Intake
+from tensorcom.transport.ends.plain_receiver import PlainReceiver
 from tensorcom.transport.ends.plain_sender import PlainSender
 from tensorcom.transport.ends.sharing import JoinerEnd, SharingServerEnd
 
 __all__ = ["EPOCH_END", "Intake", "JoinerEnd", "PlainReceiver", "PlainSender", "SharingServerEnd",
-           "SocketSecurity"]
+           "SocketSecurity", "url_of"]

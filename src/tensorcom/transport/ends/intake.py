@@ -6,6 +6,7 @@ transforms and converters.
     batch = intake.accept(message)    # a decoded wire.Message of kind "batch" -> the batch to hand over
     intake.marker(message)            # an end-of-epoch marker: the resume record notes its portion
     intake.pass_ended()               # a pass completed: epoch_number (and the record's passes) + 1
+    for batch in intake.one_pass(end.next_batch): ...   # the batches of one pass (Connection.items)
 
 Pure: no sockets. Counters: `count` (samples received), `batch_size` (of the last batch),
 `epoch_number` (passes completed), `consumed` (the Consumption record).
@@ -13,12 +14,15 @@ Pure: no sockets. Counters: `count` (samples received), `batch_size` (of the las
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Callable, Iterator
 
 from tensorcom.transport.batches import batch_size, transform_with
 from tensorcom.transport.options import Decoding, PassOptions
 from tensorcom.transport.resume import Consumption
 from tensorcom.transport.stats import Statistics
+
+EPOCH_END = object()  # what a receiving end's next_batch() returns when a pass completed
 
 
 class Intake:
@@ -58,6 +62,24 @@ class Intake:
         """A pass completed: count it, and the resume record counts passes as epoch_number does."""
         self.epoch_number += 1
         self.consumed.passes = self.epoch_number
+
+    def one_pass(self, next_batch: Callable[[], Any], report: int | None = None) -> Iterator[Any]:
+        """The batches `next_batch()` returns until it returns EPOCH_END, at most `passing.epoch` of
+        them, and none once `passing.total` samples (when > 0) were received; a statistics line to
+        stderr every `report` samples when > 0 (None: `passing.report`)."""
+        report = self.passing.report if report is None else report
+        yielded, next_report = 0, report
+        while yielded < self.passing.epoch:
+            if 0 < self.passing.total <= self.count:
+                return
+            batch = next_batch()
+            if batch is EPOCH_END:
+                return
+            yielded += 1
+            if report > 0 and self.count >= next_report:
+                print(f"count {self.count} {self.stats.summary()}", file=sys.stderr)
+                next_report += report
+            yield batch
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the resume record of `state`; epoch_number becomes its passes."""

@@ -21,20 +21,19 @@ from typing import Any
 import zmq
 
 from tensorcom import settings, urls, wire
-from tensorcom.errors import DecodeError, TransportError
+from tensorcom.errors import DecodeError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport._inbound import Inbound
+from tensorcom.transport.ends.attached import Attached
 from tensorcom.transport.ends.curve import SocketSecurity
-from tensorcom.transport.ends.intake import Intake
+from tensorcom.transport.ends.intake import EPOCH_END, Intake
 from tensorcom.transport.ends.plain_sender import make_plain_socket
 from tensorcom.transport.epochs import EpochBook, Verdict, expected_groups
 from tensorcom.transport.options import Encoding, SocketOptions
 from tensorcom.transport.stats import SequenceTracker
 
-EPOCH_END = object()  # what next_batch returns when a marker completes the epoch
 
-
-class PlainReceiver:
+class PlainReceiver(Attached):
     """One receiving socket (module docstring). `sock`: a PULL or SUB socket; `inbound`: its sessions
     (None: raw, or none wanted); `raw`: hand over undecoded frames; `senders`: groups expected per
     bound endpoint; `timeout`: seconds (RecvTimeout); `max_message_size`: bytes (DecodeError above);
@@ -43,13 +42,13 @@ class PlainReceiver:
     def __init__(self, sock: Any, *, intake: Intake, raw: bool, senders: int, timeout: float | None,
                  max_message_size: int, hint: str = "", inbound: Inbound | None = None,
                  book: EpochBook | None = None):
-        self.socket, self.intake, self.raw, self.senders = sock, intake, raw, senders
+        super().__init__(sock)
+        self.intake, self.raw, self.senders = intake, raw, senders
         self.timeout, self.max_message_size, self.hint = timeout, max_message_size, hint
         self.inbound = inbound
         self.book = EpochBook() if book is None else book
         self.tracker = SequenceTracker()
         self.stats = intake.stats
-        self.endpoints: list[urls.Endpoint] = []
         self.received = 0  # messages taken from the socket, for error messages
         self._max_plain_values = settings.max_plain_values()  # read once, not per message
 
@@ -74,21 +73,12 @@ class PlainReceiver:
     def attach(self, endpoint: urls.Endpoint) -> str:
         """Bind or connect the socket to `endpoint`; the address it got. The pass now expects one more
         group (a connect) or `senders` more (a bind)."""
-        address = sockets.attach(self._live_socket(), endpoint)
+        address = sockets.attach(self.live_socket(), endpoint)
         self.endpoints.append(endpoint)
         self.book.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
         if self.inbound is not None:
             self.inbound.url = self.url
         return address
-
-    @property
-    def url(self) -> str:
-        return ",".join(e.url for e in self.endpoints) or "<not connected>"
-
-    def _live_socket(self) -> Any:
-        if self.socket is None:
-            raise TransportError("Connection is closed or not connected", self.url)
-        return self.socket
 
     def close(self, linger: float | None = None) -> None:
         """Close the sessions and the socket at once; `linger` is not used (nothing to deliver)."""
@@ -169,7 +159,7 @@ class PlainReceiver:
     def _take_message(self) -> Any:
         """The next message from the socket, decoded unless `raw`; None when sessions released a
         held message instead."""
-        sock = self._live_socket()
+        sock = self.live_socket()
         try:
             frames = sock.recv_multipart(copy=False) if self.inbound is None else self.inbound.receive(self.hint)
         except zmq.ZMQError as exc:

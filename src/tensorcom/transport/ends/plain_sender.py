@@ -24,24 +24,24 @@ from typing import Any, Iterable
 import zmq
 
 from tensorcom import urls, wire
-from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport._outbound import Delivery, Outbound, own_frames
 from tensorcom.transport.batches import batch_size, prepare_batch
+from tensorcom.transport.ends.attached import Attached
 from tensorcom.transport.ends.curve import SocketSecurity
 from tensorcom.transport.options import Encoding, SocketOptions
 from tensorcom.transport.stats import Statistics
 
 
-class PlainSender:
+class PlainSender(Attached):
     """One sending socket (module docstring). `sock`: a PUSH or PUB socket (None once closed);
     `endpoints`: the endpoints it is attached to (their URLs name it in errors); `timeout`: seconds a
     send may wait for confirmations (None: for ever); `name`: the sender id its messages carry."""
 
     def __init__(self, sock: Any, *, encoding: Encoding, timeout: float | None, stats: Statistics, name: str,
                  endpoints: list[urls.Endpoint] | None = None):
-        self.socket, self.encoding, self.timeout, self.stats, self.name = sock, encoding, timeout, stats, name
-        self.endpoints: list[urls.Endpoint] = list(endpoints or [])
+        super().__init__(sock, endpoints)
+        self.encoding, self.timeout, self.stats, self.name = encoding, timeout, stats, name
         self.outbound: Outbound | None = None
         self.seq = 0
         self.epoch_number = 0
@@ -65,20 +65,11 @@ class PlainSender:
 
     def attach(self, endpoint: urls.Endpoint) -> str:
         """Bind or connect the socket to `endpoint`; the address it got."""
-        address = sockets.attach(self._live_socket(), endpoint)
+        address = sockets.attach(self.live_socket(), endpoint)
         self.endpoints.append(endpoint)
         if self.outbound is not None:
             self.outbound.listen(endpoint, address)
         return address
-
-    @property
-    def url(self) -> str:
-        return ",".join(e.url for e in self.endpoints) or "<not connected>"
-
-    def _live_socket(self) -> Any:
-        if self.socket is None:
-            raise TransportError("Connection is closed or not connected", self.url)
-        return self.socket
 
     def _topic(self) -> str:
         first = self.endpoints[0] if self.endpoints else None
@@ -144,7 +135,7 @@ class PlainSender:
             frames = [wire.frames_to_buffer(frames)]
         topic = self._topic()
         try:
-            self._live_socket().send_multipart([topic.encode(), *frames] if topic else frames, flags=zmq.NOBLOCK)
+            self.live_socket().send_multipart([topic.encode(), *frames] if topic else frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             return False
         except zmq.ZMQError as exc:
@@ -160,7 +151,7 @@ class PlainSender:
         topic = self._topic()
         if topic:
             frames = [topic.encode(), *frames]
-        sock = self._live_socket()
+        sock = self.live_socket()
         try:
             sock.send_multipart(frames, copy=copy)
         except zmq.ZMQError as exc:

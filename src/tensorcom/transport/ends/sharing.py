@@ -22,8 +22,7 @@ import zmq
 
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.ends.curve import SocketSecurity
-from tensorcom.transport.ends.intake import Intake
-from tensorcom.transport.ends.plain_receiver import EPOCH_END
+from tensorcom.transport.ends.intake import EPOCH_END, Intake
 from tensorcom.transport.ends.plain_sender import PlainSender
 from tensorcom.transport.options import Encoding, SharingOptions, SocketOptions
 from tensorcom.transport.sharing import control
