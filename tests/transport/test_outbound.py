@@ -64,3 +64,17 @@ def test_closing_a_publisher_right_after_serve_delivers_the_end_of_its_epoch(fre
     finally:
         out.close(linger=0)
         inp.close()
+
+
+def test_unsure_transmissions_settle_a_liveness_window_after_they_were_sent(outbound):
+    log = outbound.log
+    log.connections = 2  # one data connection has no confirming receiver behind it
+    log.attach("b")
+    log.transmit(("batch", 0), [b"x"], 1)
+    assert log.unsure == [0]
+    assert not outbound._settle(100.0)  # marks the time of tx 1
+    log.transmit(("batch", 1), [b"x"], 1)
+    assert not outbound._settle(100.0 + outbound.liveness / 2)
+    assert outbound._settle(100.0 + outbound.liveness) and log.settled == 1 and log.unsure == [1]
+    assert outbound._settle(100.0 + outbound.liveness * 2) and log.unsure == []
+    assert not outbound._settle(100.0 + outbound.liveness * 2) and not outbound.marks  # nothing to time

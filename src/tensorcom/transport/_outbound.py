@@ -25,6 +25,7 @@ window), it lets ZeroMQ write out its queue within `linger` and cannot say more.
 
 from __future__ import annotations
 
+import collections
 import secrets
 import socket
 import time
@@ -129,6 +130,7 @@ class Outbound:
         self.urls: list[str] = []  # the data endpoints' URLs, for error messages
         self.receivers: dict[str, _Receiver] = {}
         self.ever_attached = False
+        self.marks: collections.deque = collections.deque()  # (time, log.tx) while unsure ones wait to settle
         self.open_fds: set[int] = set()
         self.data_monitor = sockets.open_monitor(sock, DATA_EVENTS)
         self.link: zmq.Socket | None = None
@@ -201,11 +203,25 @@ class Outbound:
             self._take(self.link.recv_multipart(copy=False), now)
             news = True
         self._detach_gone(now)
+        news = self._settle(now) or news
         if news or self.unsent or self.log.connections != self.connections_seen:  # else the proof
             self.connections_seen, self.unsent = self.log.connections, False  # cannot have changed
             for entry in self.log.lost():
                 self.unsent = not self._resend(entry) or self.unsent
         self._tick_if_stalled(now)
+
+    def _settle(self, now: float) -> bool:
+        """Tell the log which transmissions went out a liveness window ago (session.SendLog.settle);
+        True when that made some provable."""
+        if not self.log.unsure:
+            self.marks.clear()
+            return False
+        if not self.marks or now - self.marks[-1][0] >= POLL:
+            self.marks.append((now, self.log.tx))
+        settled = None
+        while self.marks and now - self.marks[0][0] >= self.liveness:
+            settled = self.marks.popleft()[1]
+        return settled is not None and self.log.settle(settled)
 
     def _take(self, frames: list, now: float) -> None:
         """One message from a receiver's link: `ack` or `bye` (anything else is ignored)."""
@@ -266,9 +282,10 @@ class Outbound:
         events = sockets.monitor_events(self.link_monitor)
         for event, fd, _ in events:
             if event == zmq.EVENT_DISCONNECTED:
-                for state in self.receivers.values():
+                for receiver, state in self.receivers.items():
                     if state.fd == fd:
                         state.away_since = now
+                        self.log.leave(receiver)  # vouches for no data connection until it is back
         return bool(events)
 
     def _detach_gone(self, now: float) -> None:

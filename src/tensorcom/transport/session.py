@@ -15,6 +15,8 @@ it has seen.
     log.attach(receiver) / log.detach(receiver)
     log.confirm(receiver, txs, high)          # an acknowledgement arrived
     log.connections = n                       # data connections open now (the socket monitor's)
+    log.leave(receiver)                       # its link went down (it is back with its next ack)
+    log.settle(tx)                            # the liveness window passed since transmission tx
     for entry in log.lost(): ...              # resend entry.frames with a new log.transmit(...)
 
 The resend rule: ZeroMQ delivers each data connection's messages in order, so a receiver that saw a
@@ -22,7 +24,20 @@ transmission later than t and not t never will: t was on a connection that dropp
 lost when every attached receiver has seen a later transmission than its last one and none
 confirmed it, and every data connection has an attached receiver (a peer that does not acknowledge,
 a tensorcom 0.1 receiver, makes nothing provable: nothing is resent, and nothing is kept past the
-log's limits). A message that was the oldest one proven lost MAX_SENDS - 1 times is given up
+log's limits).
+
+Connections are counted, not named: the sender cannot tell which receiver is behind which data
+connection. So a transmission sent while some data connection had no present receiver (one that
+has not confirmed anything yet, or whose link is down: `leave`) may have gone to that one, which
+may have taken it and not told yet; when that connection drops and the others saw later, nothing
+proves it lost (another receiver that reported since may have been one that was not connected
+then). Such a transmission is `stuck`: it is confirmed when its taker reports, or it waits until
+the liveness window passed since it was sent (`settle`): a receiver that took it and is still
+alive has reported by then (it links to the sender with its first message), so if none confirmed
+it the rule above applies (a receiver that took it and died took it with it: it is resent to the
+others). (What counting cannot see: a present receiver whose data connection alone is down while a
+newcomer's connection is open; the newcomer then passes for it until it confirms.) A message that
+was the oldest one proven lost MAX_SENDS - 1 times is given up
 (counted in `refused`): its receivers refuse it (a frame over their max_message_size makes ZeroMQ drop
 the connection it came on, and what follows it on that connection); so such a suspect is resent
 alone, and only the oldest loss of a proof counts against a message. Markers
@@ -55,6 +70,7 @@ class Entry:
     sends: int = 1
     losses: int = 0  # transmissions of it that were the oldest message proven lost
     counted: int = -1  # the transmission whose loss was counted last
+    unsure: bool = False  # its latest transmission went out while some connection had no present receiver
 
 
 class SendLog:
@@ -73,28 +89,59 @@ class SendLog:
         self.resent = 0  # transmissions that were resends
         self.abandoned = 0  # entries dropped unconfirmed (no acknowledging receiver could vouch)
         self.refused = 0  # batches given up after MAX_SENDS transmissions were all lost
+        self.away: set[str] = set()  # attached receivers whose link is down
+        self.present = 0  # attached receivers not away
+        self.settled = 0  # transmissions before this one were sent a liveness window ago
+        self.unsure: list[int] = []  # unsure transmissions not yet settled, in order
 
     def transmit(self, key: Any, frames: list, nbytes: int) -> int:
         """Record a transmission of message `key` (new, or a resend of a kept entry); returns its tx."""
         tx, self.tx = self.tx, self.tx + 1
         entry = self.entries.get(key)
         if entry is None:
-            self.entries[key] = Entry(key, frames, nbytes, tx)
+            entry = self.entries[key] = Entry(key, frames, nbytes, tx)
             self.nbytes += nbytes
         else:
             self.by_tx.pop(entry.tx, None)
             entry.tx, entry.frames, entry.sends = tx, frames, entry.sends + 1
             self.resent += 1
+        entry.unsure = self.connections > self.present
+        if entry.unsure:
+            self.unsure.append(tx)
         self.by_tx[tx] = key
         return tx
 
     def attach(self, receiver: str) -> None:
-        """An acknowledging receiver said hello (or came back)."""
-        self.receivers.setdefault(receiver, -1)
+        """An acknowledging receiver said hello (or came back): present."""
+        if receiver not in self.receivers:
+            self.receivers[receiver] = -1
+            self.present += 1
+        elif receiver in self.away:
+            self.away.discard(receiver)
+            self.present += 1
+
+    def leave(self, receiver: str) -> None:
+        """`receiver`'s link went down: still attached (a proof still waits for it to see later), but
+        it vouches for no data connection until it confirms again."""
+        if receiver in self.receivers and receiver not in self.away:
+            self.away.add(receiver)
+            self.present -= 1
 
     def detach(self, receiver: str) -> None:
         """A receiver left for good (it said bye, or stayed away past the liveness window)."""
-        self.receivers.pop(receiver, None)
+        if self.receivers.pop(receiver, None) is not None and receiver not in self.away:
+            self.present -= 1
+        self.away.discard(receiver)
+
+    def settle(self, tx: int) -> bool:
+        """The liveness window passed since transmission `tx - 1` was sent: `stuck` transmissions
+        before `tx` become provable. True when some did (the resend rule may have changed)."""
+        self.settled = max(self.settled, tx)
+        settled = 0
+        while settled < len(self.unsure) and self.unsure[settled] < self.settled:
+            settled += 1
+        del self.unsure[:settled]
+        return settled > 0
 
     def confirm(self, receiver: str, txs: list[int], high: int) -> None:
         """`receiver` took transmissions `txs` and has seen none later than `high`."""
@@ -115,7 +162,8 @@ class SendLog:
         if not self.vouched:
             return []
         seen = min(self.receivers.values())
-        lost = [entry for entry in self.entries.values() if entry.tx < seen]
+        lost = [entry for entry in self.entries.values()
+                if entry.tx < seen and (not entry.unsure or entry.tx < self.settled)]
         while lost and lost[0].losses + 1 >= MAX_SENDS:  # its receivers refuse it (a frame over their
             self._drop(lost[0].key)  # max_message_size makes ZeroMQ drop the connection it came on)
             self.refused += lost[0].key[0] == "batch"
@@ -124,6 +172,15 @@ class SendLog:
             lost[0].losses, lost[0].counted = lost[0].losses + 1, lost[0].tx  # could not go yet is none)
             # only the oldest loss counts: the others may have been behind it
         return lost[:1] if lost and lost[0].losses > 1 else lost  # a suspect goes alone
+
+    def stuck(self) -> list[Entry]:
+        """Entries that would be lost but were sent while some connection had no present receiver,
+        and not a liveness window ago: the receiver of that connection may have taken them."""
+        if not self.vouched:
+            return []
+        seen = min(self.receivers.values())
+        return [entry for entry in self.entries.values()
+                if entry.tx < seen and entry.unsure and entry.tx >= self.settled]
 
     @property
     def full(self) -> bool:
