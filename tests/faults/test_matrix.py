@@ -31,15 +31,8 @@ pytestmark = [pytest.mark.net, pytest.mark.procs, pytest.mark.timeout(600)]
 
 CONCURRENT = 8  # cells at once: they mostly wait (pacing, partitions), but each has 2-4 Python processes
 SLACK = 2.0  # seconds beyond the issue's liveness + 2 s: a generous margin for a loaded CI machine
-NOT_RESUMED = "after a 30 s partition the stream does not resume within 60 s of healing"
-KNOWN: dict[tuple[str, str], str] = {  # (fault, scheme) -> what fails on a0164ed (issue 16); remove when fixed
-    ("partition-30s", "share"): NOT_RESUMED,
-    ("partition-30s", "split"): NOT_RESUMED,
-}
-SOMETIMES: dict[tuple[str, str], str] = {  # cells that fail in some runs only: xfail, not strict
-    ("partition-long", "split"): "duplicated ids in the union in some runs (4 of 1200: batches the partitioned "
-                                 "consumer had were re-sent to the other after the window)",
-}
+KNOWN: dict[tuple[str, str], str] = {}  # (fault, scheme) -> what fails today (issue 16); remove when fixed
+SOMETIMES: dict[tuple[str, str], str] = {}  # cells that fail in some runs only: xfail, not strict
 
 
 def expected(first: int = 0) -> list[int]:

@@ -71,10 +71,7 @@ def timers():
 
 @pytest.mark.parametrize("scheme", ["zshare", "zsplit"])
 @pytest.mark.parametrize("kind", ["reset", "rst", "stall"])
-def test_a_fault_shorter_than_liveness_loses_and_duplicates_nothing(free_port, timers, scheme, kind, request):
-    if (kind, scheme) == ("reset", "zsplit"):  # issue 16, open: fails in about 1 run of 10 here
-        request.applymarker(pytest.mark.xfail(strict=False, reason="zsplit through a reset: a consumer now and "
-                                              "then gets PeerLost 'the server finished its stream' before its end"))
+def test_a_fault_shorter_than_liveness_loses_and_duplicates_nothing(free_port, timers, scheme, kind):
     port = free_port()
     server = Connection(f"{scheme}://127.0.0.1:{port}", min_consumers=2, liveness=10)
     with TcpProxy(port) as proxy:
