@@ -179,3 +179,12 @@ def test_input_order_puts_a_marker_before_the_batch_of_the_same_seq():
     assert order.arrive(message("batch", 2, 1, epoch=1)) == []
     assert order.arrive(message("end_of_epoch", 2, 1)) == []
     assert seqs(order.arrive(message("batch", 1, 1))) == [("b", 1), ("e", 2), ("b", 2)]
+
+
+def test_input_order_forgets_a_retired_sender():
+    order = InputOrder()
+    order.arrive(message("batch", 0, 0))
+    order.arrive(message("batch", 2, 1))
+    order.forget("a")
+    assert order.waiting == 0 and order.senders == {}
+    order.forget("never-heard")  # a sender retired before it was heard from

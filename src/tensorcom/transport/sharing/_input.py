@@ -14,7 +14,7 @@ already has, and holds a marker until the batches a dropped connection lost befo
 between a sender and the server that drops or stalls loses, repeats and reorders nothing, and the
 sender's close() knows what arrived. The input never ends an epoch for an unreachable sender (no
 PeerLost here): a worker's owner (tensorcom.serve's parent, the Ray driver) watches it and hands a
-dead one's share to its successor (`handover`). An inproc input (a zshare Connection's own server
+dead one's portion to its successor (`handover`). An inproc input (a zshare Connection's own server
 thread) has no connection to drop and takes its messages as they come.
 """
 
@@ -61,9 +61,11 @@ class StreamInput:
         if self.inlet is not None:
             self.inlet.tend()
             released = self.inlet.next_ready()
-            while released is not None:
-                self._ordered.extend(self.order.arrive(released))
-                released = self.inlet.next_ready()
+            if released is not None:
+                with self._input_lock:  # the order: this thread and handover()
+                    while released is not None:
+                        self._ordered.extend(self.order.arrive(released))
+                        released = self.inlet.next_ready()
         return bool(self._input_epochs.backlog or self._ordered)
 
     def _close_sessions(self) -> None:
@@ -89,6 +91,7 @@ class StreamInput:
             current = self._input_epochs.slots.get((stream, worker))
             for sender in {*retire, current} - {None}:
                 self._input_epochs.retire(sender)
+                self.order.forget(sender)
             epoch = first_epoch if self._epoch is None else self._epoch
             skips = {(e, w): n for (s, e, w), n in self.received.items() if s == stream and w == worker and e >= epoch}
             return ResumePlan(stream, workers, epoch, skips)

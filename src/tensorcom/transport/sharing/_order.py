@@ -13,10 +13,10 @@ batch of the same seq, which was sent after it). Ticks only raise the floor. Dup
 here (the input's `Inbound` drops them). Messages without a session (no sender or no `reply`:
 inproc, tensorcom 0.1 and foreign senders) pass at once.
 
-What waits is bounded by what a sender sends before its lost batches are resent (the resend rule
-proves a loss as soon as a later transmission is confirmed) or given up (its floor then passes
-them); a sender that dies with a gap leaves what waits behind it, and its successor (a restarted
-worker) is a new sender.
+What waits is bounded by what a sender sends before its lost batches are resent (a sender resends
+at its next send, or in close(), once a later transmission is confirmed) or given up (its floor
+then passes them); what a sender that died with a gap left waiting is dropped when its portion is handed over
+(`forget`), and its successor (a restarted worker) is a new sender.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ class InputOrder:
             self._arrivals += 1
             self.waiting += 1
         return self._release(sender)
+
+    def forget(self, sender: str) -> None:
+        """`sender` is retired (a dead worker handed over): drop what of it waits."""
+        gone = self.senders.pop(sender, None)
+        if gone is not None:
+            self.waiting -= len(gone.waiting)
 
     def _release(self, sender: _Sender) -> list:
         out = []
