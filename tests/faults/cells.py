@@ -13,6 +13,9 @@ killed and the namespaces removed whatever happens; an AssertionError says what 
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -33,7 +36,9 @@ WAIT = 60.0  # seconds any one expected event may take
 
 @dataclass(frozen=True)
 class Scheme:
-    """A server/consumer URL pair of the matrix: `server_binds` says which side binds (zpush: the consumer)."""
+    """A server/consumer URL pair of the matrix: `server_binds` says which side binds (zpush: the consumer);
+    `transport` "ipc": a Unix socket at a path (the namespaces share the filesystem); `only`: the faults
+    it runs (None: all), the others skipped for `why_not`."""
 
     name: str
     server: str
@@ -42,6 +47,13 @@ class Scheme:
     lossless: bool = True
     server_binds: bool = True
     every: float = 0.01  # seconds between batches: the lossless servers are paced by their consumers
+    transport: str = "tcp"
+    only: tuple[str, ...] | None = None
+    why_not: str = ""
+
+    def skips(self, fault: str) -> str | None:
+        """Why this scheme does not run `fault` (None: it does)."""
+        return None if self.only is None or fault in self.only else self.why_not
 
 
 SCHEMES = {
@@ -51,6 +63,16 @@ SCHEMES = {
     # a publisher never waits: slow enough that its stream outlasts the longest fault (30 s) with
     # room to spare after healing (~48 s in all)
     "pub": Scheme("pub", "zpub", "zsub", lossless=False, every=0.16),
+    # the reversed push: the server binds, the consumer connects (and reconnects after a fault); the
+    # faults whose outcome does not depend on which side connects are push's
+    "rpush": Scheme("rpush", "zrpush", "zrpull", only=("reset", "partition-3s", "partition-long", "kill-server",
+                                                       "kill-consumer"),
+                    why_not="the same sessions as push whichever side connects: push's cell covers it"),
+    # push over a Unix socket (data and acknowledgement links): only process faults exist there
+    "push-ipc": Scheme("push-ipc", "zpush", "zpull", server_binds=False, transport="ipc",
+                       only=("stop-server", "stop-consumer", "kill-server", "kill-consumer"),
+                       why_not="ipc: no network between the peers (nothing to reset, partition, slow down "
+                               "or make vanish)"),
 }
 
 
@@ -70,11 +92,17 @@ class Run:
     marks: dict[str, float] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)
 
+    def ipc_path(self) -> str:
+        """The Unix socket path of an ipc scheme (unique per Net; removed by run_cell)."""
+        return f"/tmp/{self.net.ns('server')}.ipc"
+
     def urls(self) -> tuple[str, str]:
         """(server URL, consumer URL): the binding side binds its own address; the connecting side goes to
-        that address, or to the relay in "mid" (which forwards to it)."""
+        that address, or to the relay in "mid" (which forwards to it). ipc: both use one path."""
         relayed = "mid" in self.net.names
         s, c = self.scheme.server, self.scheme.consumer
+        if self.scheme.transport == "ipc":
+            return f"{s}+ipc://{self.ipc_path()}", f"{c}+ipc://{self.ipc_path()}"
         if self.scheme.server_binds:
             entry = self.net.addr("mid", "client") if relayed else self.net.addr("server")
             return f"{s}://{self.net.addr('server')}:{PORT}", f"{c}://{entry}:{PORT}"
@@ -159,7 +187,8 @@ class Run:
 
 def start(run: Run) -> None:
     """The server and the scheme's consumers; notes the server's address and its sender id."""
-    run.notes["server"] = f"{run.net.addr('server')}:{PORT}"
+    ipc = run.scheme.transport == "ipc"
+    run.notes["server"] = run.ipc_path() if ipc else f"{run.net.addr('server')}:{PORT}"
     server = run.start_server()
     ready = server.wait_for(lambda ev: [e.data for e in ev if "ready" in e.data], timeout=WAIT, what="ready")
     run.notes["sender"] = ready[0].get("sender")
@@ -315,4 +344,9 @@ def run_cell(fault: Fault, scheme: Scheme) -> Run:
             fault.inject(run)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{run.summary()}") from None
+        finally:
+            if scheme.transport == "ipc":
+                for path in glob.glob(run.ipc_path() + "*"):  # the data socket and the acknowledgement sockets
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
     return run
