@@ -137,7 +137,9 @@ def test_a_client_that_asks_is_offered_the_probe_and_gets_references_only_after_
         batch = wire.decode_message(frames).batch
         assert batch["id"].tolist() == list(range(8 * (n - 1), 8 * n))
         sock.send(control.encode("ack", upto=n))
-    assert control.decode(sock.recv())["k"] == "end"
+    end = control.decode(sock.recv())
+    assert end["k"] == "end"
+    sock.send(control.encode("ack", upto=end["n"]))  # the bye waits for the end's acknowledgement too
     assert control.decode(sock.recv())["k"] == "bye"  # everything acknowledged: the server closed
     thread.join(timeout=30)
     assert not thread.is_alive() and errors == []
