@@ -224,8 +224,9 @@ def check_consumer_restarted(run: Run) -> None:
         ids = run.ids(fresh)
         assert ids and ids == expected()[expected().index(ids[0]):], describe(ids, expected())
     else:
-        ids = run.ids(killed) + run.ids(fresh)
-        assert ids == sorted(set(ids)) and ids[-1] == expected()[-1], describe(ids, expected())
+        ids = run.ids(killed) + run.ids(fresh)  # what the killed one had queued is resent once it is
+        # detached (the liveness window), after later batches: no id twice, not in order
+        assert len(ids) == len(set(ids)) and max(ids) == expected()[-1], describe(ids, expected())
     assert server.get("closed") or server.get("error") == "Undelivered", f"server: {server}"
 
 
