@@ -253,3 +253,15 @@ def test_split_held_batches_go_to_others_when_the_hold_passes():
     assert book.reassigned == 2 and [s.item for s in book.sends()] == mine
     book.resume("a", 0)  # back too late: nothing of b's is taken back, its numbers go on
     assert book.reassigned == 2 and book.sends() == []
+
+
+def test_split_a_consumer_that_closed_while_talking_is_not_held():
+    book, stream = SplitBook(replay=100), Stream()
+    book.join("a", "a", 2)
+    book.join("b", "b", 2)
+    feed(book, stream, "bbbb")
+    mine = [s.item for s in book.sends() if s.peer == "a"]
+    book.ack("b", 2)
+    book.disconnect("a", 0.0, quiet=False)  # killed while acknowledging: no partition ate its acks
+    book.expire(10.0, 1.0, hold=5.0)
+    assert book.reassigned == 2 and [s.item for s in book.sends()] == mine

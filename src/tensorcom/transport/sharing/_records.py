@@ -68,6 +68,7 @@ class Consumer:
     position: tuple[int, int] = (0, 0)  # (epoch, pos) of the last item sent
     up: bool = True  # its connection is there (else nothing is sent to it)
     down_since: float | None = None
+    quiet: bool = False  # nothing came from it for a while before its connection closed
     held_until: float | None = None  # split, departed: its unacknowledged batches are held for it until then
     joined: float = field(default_factory=time.monotonic)
 

@@ -10,7 +10,7 @@ The server feeds a book the stream it serves and the consumers' messages, and se
     book.add(item)                                 the next item: a batch or an epoch's end
     book.sends() -> [Send]                         what to send now, within every consumer's credit
     book.done()                                    the stream ended; everything, ends too, was acknowledged
-    book.disconnect(peer, now)                     its connection closed: nothing is sent to it meanwhile
+    book.disconnect(peer, now, quiet)              its connection closed: nothing is sent to it meanwhile
     book.resume(peer, upto) -> Welcome | None      it reconnected: its session goes on (None: join anew)
     book.expire(now, window, hold) -> [peer]       remove those down for `window` s (kept as departed)
 
@@ -21,8 +21,9 @@ it still can (share: the buffer still holds what it lacks; split: the batches it
 from the queue while nobody else has them, and its numbers go on after its old ones).
 
 Split mode, held batches: a consumer that departed may have used batches whose acknowledgements the
-fault lost (a partition cuts them off after it handed them out). Only its return says which, so its
-unacknowledged batches stay its own for `hold` seconds more (the epoch's end waits for them): back in
+fault lost (a partition cuts them off after it handed them out). Only its return says which, so the
+unacknowledged batches of one that went quiet before its connection closed (a partition, a pause;
+not a process that died while talking) stay its own for `hold` seconds more (the epoch's end waits for them): back in
 time, it keeps those up to its `upto` and the rest go to others; after `hold`, or when it is
 forgotten, they go to others (and what it used is then had twice: the price of a peer that stays
 away). A consumer that said `leave`, or was removed, gives its batches back at once.
@@ -110,11 +111,12 @@ class _Book:
         if consumer is not None:
             consumer.ack(upto)
 
-    def disconnect(self, peer: Any, now: float) -> None:
-        """The consumer's connection closed: nothing is sent to it until it resumes (or expires)."""
+    def disconnect(self, peer: Any, now: float, quiet: bool = True) -> None:
+        """The consumer's connection closed: nothing is sent to it until it resumes (or expires).
+        `quiet`: nothing came from it for a while before (split: its batches are held, see above)."""
         consumer = self.consumers.get(peer)
         if consumer is not None and consumer.up:
-            consumer.up, consumer.down_since = False, now
+            consumer.up, consumer.down_since, consumer.quiet = False, now, quiet
 
     def resume(self, peer: Any, upto: int) -> Welcome | None:
         """A consumer that reconnected (its join names this server): its session goes on,
@@ -135,10 +137,10 @@ class _Book:
 
     def expire(self, now: float, window: float, hold: float = 0.0) -> list:
         """Remove the consumers whose connection has been down for `window` seconds (kept as departed,
-        should they come back; split: their batches held `hold` s more); returns their peers."""
+        should they come back; split: the batches of quiet ones held `hold` s more); returns their peers."""
         gone = [p for p, c in self.consumers.items() if not c.up and now - c.down_since >= window]
         for peer in gone:
-            self.departed[peer] = self._depart(peer, now + hold)
+            self.departed[peer] = self._depart(peer, now + hold if self.consumers[peer].quiet else now)
             while len(self.departed) > MAX_DEPARTED:
                 self._release(self.departed.pop(next(iter(self.departed))))
         for consumer in self.departed.values():

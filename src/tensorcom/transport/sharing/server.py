@@ -21,8 +21,9 @@ and the last delivery it has, and the session goes on: what it had not acknowled
 with the same numbers (it drops what it already has). ZMTP heartbeats on the ROUTER (answered by
 ZeroMQ's I/O thread while Python is busy) and a socket monitor tell when a connection closed: nothing
 is sent to that consumer then, and only when it stays away for the liveness window is it removed
-(split mode: its unacknowledged batches go to others HOLD_WINDOWS windows later, unless it comes
-back first and says which it used; the book remembers it, should it come back).
+(split mode: its unacknowledged batches go to others; HOLD_WINDOWS windows later when it had gone
+quiet before its connection closed, unless it comes back first and says which it used; the book
+remembers it, should it come back).
 A consumer's message that is not the protocol (bad magic, bad fields) is counted in `rejected` and
 ignored; a malformed input message stops the thread (wait() raises DecodeError naming the input).
 """
@@ -51,7 +52,7 @@ from tensorcom.transport.sharing.handoff import Arena
 POLL_MS = 50
 BYE_LINGER = 2.0  # seconds the last messages to live consumers get to leave after the stream ended
 STATUS_INTERVAL = 1.0  # seconds between status messages to observers
-HOLD_WINDOWS = 3  # split: a departed consumer's batches stay its own this many liveness windows more
+HOLD_WINDOWS = 3  # split: a departed quiet consumer's batches stay its own this many liveness windows more
 _GONE = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
@@ -87,6 +88,7 @@ class ShareServer(StreamInput):
         self.status: list[dict] = []  # the consumers' reports, refreshed by the thread
         self.addresses: list[str] = []
         self._fds: dict[Any, int] = {}  # peer -> the fd its messages came from
+        self._heard: dict[Any, float] = {}  # peer -> when its last message was read
         self._observers: set = set()
         self._input_epochs = EpochBook(1)
         self._input_lock = threading.Lock()  # the input's book and counts: the thread and handover()
@@ -108,6 +110,7 @@ class ShareServer(StreamInput):
             self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer's reconnect is the same peer
             self.router.sndhwm = self.router.rcvhwm = 0  # credit bounds what is queued
             set_heartbeats(self.router, liveness)
+            self._silence = self.router.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000  # a dead connection goes after this
             if secure is not None:
                 secure(self.router)
             self.monitor = self._own(open_monitor(self.router, _GONE))
@@ -225,8 +228,11 @@ class ShareServer(StreamInput):
             self._down(peer)
 
     def _down(self, peer: Any) -> None:
-        """`peer`'s connection closed: its session waits (book.disconnect); an observer is forgotten."""
-        self.book.disconnect(peer, time.monotonic())
+        """`peer`'s connection closed: its session waits (book.disconnect: `quiet` when nothing came from
+        it for the heartbeat timeout before, as when a partition or a pause cut it off, rather than
+        when it closed while talking, as a killed process does); an observer is forgotten."""
+        now = time.monotonic()
+        self.book.disconnect(peer, now, quiet=now - self._heard.get(peer, 0.0) >= self._silence)
         if peer in self._observers:
             self._forget(peer, lost=False)
 
@@ -240,6 +246,7 @@ class ShareServer(StreamInput):
         self.lost += lost
         self._observers.discard(peer)
         self._fds.pop(peer, None)
+        self._heard.pop(peer, None)
         if self.arena is not None:
             self.arena.forget(peer)
 
@@ -254,8 +261,10 @@ class ShareServer(StreamInput):
                 self._down(peer)
 
     def _on_consumer(self) -> None:
+        now = time.monotonic()
         for frames in _waiting(self.router):
             peer = frames[0].bytes
+            self._heard[peer] = now
             try:
                 if len(frames) != 2:
                     raise DecodeError("a consumer message has exactly one frame", 0, "frame")
