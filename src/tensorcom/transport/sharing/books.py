@@ -20,18 +20,16 @@ the consumer drops what it has. A departed consumer that comes back goes on with
 it still can (share: the buffer still holds what it lacks; split: the batches it used are taken back
 from the queue while nobody else has them, and its numbers go on after its old ones).
 
-Split mode, held batches: a consumer that departed may have used batches whose acknowledgements the
-fault lost (a partition cuts them off after it handed them out). Only its return says which, so the
-unacknowledged batches of one that went quiet before its connection closed (a partition, a pause;
-not a process that died while talking) stay its own for `hold` seconds more (the epoch's end waits for them): back in
-time, it keeps those up to its `upto` and the rest go to others; after `hold`, or when it is
-forgotten, they go to others (and what it used is then had twice: the price of a peer that stays
-away). A consumer that said `leave`, or was removed, gives its batches back at once.
+Split, held batches: a consumer that went quiet before its connection closed (a partition, a
+pause) may have used batches whose acknowledgements the fault lost; only its return says which. So
+they stay its own `hold` s past the window (the epoch's end waits): back in time, it keeps those up
+to its `upto`, the rest go to others; after `hold` all go to others (what it used is then had
+twice). One that left, was removed, or closed while talking (killed) gives them back at once.
 
 Credit: a consumer joins with `credit` (its prefetch depth) and acknowledges each batch when it hands
 it to its caller; a server never has more than `credit` unacknowledged batches out to one consumer, so
-memory is bounded on both sides whatever the speeds. Deliveries are numbered 1, 2, ... per consumer
-(batches and epoch ends; ends need no credit); acknowledgements are cumulative.
+memory is bounded on both sides whatever the speeds (ends need no credit); acknowledgements are
+cumulative.
 
 Share mode (`ShareBook`): every consumer gets every item in stream order. Items live in a replay
 buffer of at most `replay` items; the server takes a new item only when the buffer has room or its
@@ -217,14 +215,9 @@ class ShareBook(_Book):
         self.lost_batches -= lost
         return consumer
 
-    @staticmethod
-    def _needed_from(consumer: Consumer) -> int:
-        """The lowest item index this consumer still needs (unsent or unacknowledged)."""
-        return consumer.first_needed()
-
     def _front_free(self) -> bool:
         front = self.buffer[0].index  # with no consumer at all, the buffer waits for one
-        return bool(self.consumers) and all(self._needed_from(c) > front for c in self.consumers.values())
+        return bool(self.consumers) and all(c.first_needed() > front for c in self.consumers.values())
 
     def can_take(self) -> bool:
         """True when a new item may be added: the stream flows, and the buffer has room or its front
@@ -241,7 +234,7 @@ class ShareBook(_Book):
             self.blocked_since = None
             front = self.buffer[0].index
             for peer, consumer in list(self.consumers.items()):
-                if self._needed_from(consumer) <= front:
+                if consumer.first_needed() <= front:
                     self.remove(peer)
                     self.detached.append((peer, f"fell {self.replay} batches behind the stream (policy detach)"))
             return self._front_free()
@@ -314,10 +307,9 @@ class SplitBook(_Book):
             self._give_back(consumer)
         return consumer
 
-    def _depart(self, peer: Any, held_until: float) -> Consumer | None:
-        consumer = self.consumers.pop(peer, None)
-        if consumer is not None:
-            consumer.held_until = held_until
+    def _depart(self, peer: Any, held_until: float) -> Consumer:
+        consumer = self.consumers.pop(peer)
+        consumer.held_until = held_until
         return consumer
 
     def _release(self, consumer: Consumer) -> None:
@@ -397,9 +389,9 @@ class SplitBook(_Book):
 
     def undelivered(self) -> dict[str, int]:
         """Batches not acknowledged by anyone: pending ones under "(nobody)", the rest per consumer."""
-        result = {c.name: c.pending_batches() for c in self.consumers.values() if c.pending_batches()}
-        for c in self.departed.values():
-            if c.held_until is not None and c.pending_batches():
+        result: dict[str, int] = {}
+        for c in [*self.consumers.values(), *(c for c in self.departed.values() if c.held_until is not None)]:
+            if c.pending_batches():
                 result[c.name] = result.get(c.name, 0) + c.pending_batches()
         if self.pending:
             result["(nobody)"] = len(self.pending)
