@@ -121,7 +121,7 @@ class Joiner:
         sock.sndhwm = sock.rcvhwm = 0  # the server's credit bounds what is queued
         sock.setsockopt(zmq.ROUTING_ID, self.session_id.encode())  # a reconnect is the same peer
         set_heartbeats(sock, self.liveness)
-        self._silence = sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000  # a dead connection is dropped after this
+        self._silence = max(0.0, sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000)  # a dead connection goes then
         if self.liveness is not None:
             sock.setsockopt(zmq.CONNECT_TIMEOUT, RECONNECT_MS)  # back within a second of a healed partition
         if secure is not None:

@@ -110,7 +110,7 @@ class ShareServer(StreamInput):
             self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer's reconnect is the same peer
             self.router.sndhwm = self.router.rcvhwm = 0  # credit bounds what is queued
             set_heartbeats(self.router, liveness)
-            self._silence = self.router.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000  # a dead connection goes after this
+            self._silence = max(0.0, self.router.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000)  # a dead connection goes then
             if secure is not None:
                 secure(self.router)
             self.monitor = self._own(open_monitor(self.router, _GONE))
