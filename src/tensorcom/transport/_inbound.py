@@ -71,6 +71,8 @@ class _Sender:
         self.rid = token.encode()
         self.arrivals = Arrivals()
         self.held: list = []  # a marker that lacks earlier batches, and what came after it
+        self.linked: bool | None = None  # its link is up (None: not yet)
+        self.retired = False  # forget(): unlinked once its link is down
 
 
 class Inbound:
@@ -221,14 +223,22 @@ class Inbound:
             secure=self.secure, ROUTER_MANDATORY=1)
 
     def _link_events(self) -> None:
-        """Apply the link monitor's events to the watch."""
+        """Apply the link monitor's events to the watch, and the floors senders told over it."""
         if self.monitor is None:
             return
         now = time.monotonic()
+        while zmq.zmq_poll([(self.link, _POLLIN)], 0):
+            self._told(self.link.recv_multipart(), now)
         for event, _, address in sockets.monitor_events(self.monitor):
             session = self.by_address.get(address)
             if session is None:
                 continue
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                session.linked = True
+            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                session.linked = False
+                if session.retired:
+                    self._unlink(session)
             if self.watch is None:
                 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self._send(session, "ack")
@@ -239,6 +249,19 @@ class Inbound:
             elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
                 self.watch.linked(session.name, False, now)
 
+    def _told(self, frames: list, now: float) -> None:
+        """A message from a sender over the link: `floor` (its floor rose while it sent nothing: a
+        marker held for batches below it is released); anything else is ignored."""
+        try:
+            body = msgpack.unpackb(frames[-1], raw=False)
+            kind, token, floor = body["kind"], body["token"], body["floor"]
+        except (ValueError, KeyError, TypeError, IndexError, msgpack.UnpackException):
+            return
+        session = next((s for s in self.senders.values() if s.token == token), None)
+        if kind == "floor" and session is not None and isinstance(floor, int):
+            session.arrivals.lift(floor)
+            self._release(session, now)
+
     # ---- waiting ----------------------------------------------------------------------------
 
     def tend(self) -> None:
@@ -248,6 +271,27 @@ class Inbound:
         self._link_events()
         self.flush()
         self._release_due()
+
+    def forget(self, sender: str) -> None:
+        """A sharing server's input: `sender` was retired (another sender took its portion over).
+        Its session stays, so that what still comes from it is confirmed while its link is up and
+        never opens a new link; once the link, having been up, is down (the sender closed or died)
+        it is disconnected, so ZeroMQ stops reconnecting to a sender that is gone."""
+        session = self.senders.get(sender)
+        if session is not None:
+            session.retired = True
+            self._link_events()
+            if session.linked is False:
+                self._unlink(session)
+
+    def _unlink(self, session: _Sender) -> None:
+        if session.address and self.link is not None:
+            self.by_address.pop(session.address, None)
+            try:
+                self.link.disconnect(session.address)
+            except zmq.ZMQError:  # not connected (any more)
+                pass
+            session.address = ""
 
     def _wait(self, hint: str) -> list | None:
         """Poll until a message is readable; check liveness between steps."""

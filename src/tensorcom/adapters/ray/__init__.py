@@ -15,9 +15,15 @@ builds portion i of N of the pipeline and pushes it there through a Connection t
 actor, then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch
 e+1 starts everything of epoch e is in the hub.
 
+Across dropped connections: the hub confirms what it takes to each actor's Connection, which
+resends what a dropped or stalled connection lost, and drops what comes twice; a run ends once the
+hub confirmed all it sent (the next run is a new Connection, a new sender that takes the portion
+over). So a connection reset or a short partition between an actor and the hub loses, repeats and
+reorders nothing (docs/reliability.md).
+
 Restart without loss: Ray restarts a dead actor (`max_restarts`); its new incarnation is a new
-sender. The driver sees the failed call (or, between calls, a new sender id from `hello`), and calls
-`hub.server.handover(stream, i, N, retire=[old sender])`: from then on whatever still arrives from
+sender. The driver sees the failed call (or, between calls, a new incarnation from `hello`), and
+calls `hub.server.handover(stream, i, N, retire=[its last sender])`: from then on whatever still arrives from
 the dead incarnation is dropped, and the returned ResumePlan holds how many batches of portion i the
 hub took in each unfinished epoch. The new incarnation serves those epochs again, passing over
 exactly that many (serving.fast_forward; pipelines are deterministic given seed, epoch and worker),
@@ -148,7 +154,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
         options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
                    **(connection_options or {}), "linger": linger}
         job = ActorJob([hub.worker_url] if hub else list(url) if isinstance(url, list) else [url], resumed.stream,
-                       len(feeds), options, os.getcwd())
+                       len(feeds), options, os.getcwd(), settle=hub is not None)
         restarts = max_restarts if hub is not None else 0
         plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
                     [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],

@@ -9,6 +9,7 @@ the actor never decides what to serve. Ray restarts a dead actor with the same c
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -72,14 +73,16 @@ class DatasetFeed:
 @dataclass(frozen=True)
 class ActorJob:
     """What every actor is given: `urls` to connect to, the `stream` id and `workers` N (its portion tag
-    and marker group), Connection `options` (with "linger"), and the driver's working directory
-    (searched first for "module:function", as on the driver)."""
+    and marker group), Connection `options` (with "linger"), the driver's working directory
+    (searched first for "module:function", as on the driver), and `settle`: each run ends once the
+    receiver (the driver's hub) confirmed everything it sent (module docstring of ServerActor)."""
 
     urls: list[str]
     stream: str
     workers: int
     options: dict
     cwd: str
+    settle: bool = False
 
 
 class _Never:
@@ -106,36 +109,52 @@ class Stored:
 
 class ServerActor:
     """One Ray actor: portion `index` of job.workers. Its methods run one at a time, in the order the
-    driver calls them. hello() -> (sender id, pid, node, last epoch served) builds the portion and its
-    Connection on the first call (in a restarted actor: again, a new sender); run(first, last, skips)
-    sends epochs first..last, passing over skips[e] batches of epoch e, each epoch followed by its
-    marker, and returns the (batches, samples) sent; close() lets queued messages leave."""
+    driver calls them. hello() -> (incarnation, sender id, pid, node, last epoch served) builds the
+    portion and its Connection on the first call (a restarted actor is a new incarnation, with a new
+    sender); run(first, last, skips) sends epochs first..last, passing over skips[e] batches of epoch
+    e, each epoch followed by its marker, and returns (batches, samples, sender id); close() lets
+    queued messages leave.
+
+    With job.settle (the driver's hub receives), a run ends by closing its Connection, which waits
+    until the hub confirmed everything it sent, resending what a dropped connection lost (an actor
+    idle between runs would resend nothing, and the driver starts the next epoch only once the hub
+    ended this one), and opens the next run's Connection: a new sender, which takes the portion over
+    from the last one (the hub retires it)."""
 
     def __init__(self, feed: Stored, index: int, job: ActorJob):
         self.feed, self.index, self.job = feed, index, job
+        self.incarnation = f"{os.getpid()}:{secrets.token_hex(4)}"
         self.portion: Any = None
         self.conn: Any = None
         self.served: int | None = None
 
-    def hello(self) -> tuple[str, int, str, int | None]:
-        if self.conn is None:
-            from tensorcom.transport.connection import Connection
-
+    def hello(self) -> tuple[str, str, int, str, int | None]:
+        if self.portion is None:
             if os.path.isdir(self.job.cwd) and self.job.cwd not in sys.path:
                 sys.path.insert(0, self.job.cwd)
             self.portion = self.feed.get().open(self.index, self.job.workers)
-            options = {key: value for key, value in self.job.options.items() if key != "linger"}
-            self.conn = Connection(self.job.urls, group=self.job.stream, group_size=self.job.workers,
-                                   portion=(self.job.stream, self.index, self.job.workers), **options)
-        return self.conn.sender, os.getpid(), node_address(require_ray()), self.served
+        if self.conn is None:
+            self.conn = self._connect()
+        return self.incarnation, self.conn.sender, os.getpid(), node_address(require_ray()), self.served
 
-    def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int]:
+    def _connect(self) -> Any:
+        from tensorcom.transport.connection import Connection
+
+        options = {key: value for key, value in self.job.options.items() if key != "linger"}
+        return Connection(self.job.urls, group=self.job.stream, group_size=self.job.workers,
+                          portion=(self.job.stream, self.index, self.job.workers), **options)
+
+    def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int, str]:
         self.hello()
         counts = (0, 0)
         for counts in send_epochs(self.portion, self.conn, last - first + 1, first, _Never(), _Never(), skips):
             pass
         self.served = last if self.served is None else max(last, self.served)
-        return counts
+        if self.job.settle:
+            conn, self.conn = self.conn, None
+            conn.close(linger=None)  # until the hub confirmed everything (Undelivered if it went away)
+            self.conn = self._connect()
+        return (*counts, self.conn.sender)
 
     def close(self) -> None:
         if self.conn is not None:

@@ -3,9 +3,11 @@ watches its actors, and hands a dead actor's portion over to its restarted incar
 
 Epoch by epoch the driver calls `run` on every actor (tensorcom.adapters.ray._actors.ServerActor),
 then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch e+1
-starts everything of epoch e is in the hub. An actor that died (a failed call, or between calls a new
-sender id from `hello`) is waited for while Ray restarts it; then `hub.server.handover(stream, i, N,
-retire=[old sender])` drops whatever still arrives from the dead incarnation and says how many
+starts everything of epoch e is in the hub (with a hub, each run ends once the hub confirmed what
+the actor sent, and the actor's next run is a new sender: ServerActor). An actor that died (a failed
+call, or between calls a new incarnation from `hello`) is waited for while Ray restarts it; then
+`hub.server.handover(stream, i, N, retire=[its last sender])` drops whatever still arrives from the
+dead incarnation and says how many
 batches of portion i the hub took in each unfinished epoch, and the new incarnation serves those
 epochs again, passing over exactly that many. Without a hub (connecting URLs) or with a feed that is
 not resumable (Ray Data), a dead actor ends the serve with WorkerDied.
@@ -39,7 +41,8 @@ class Member:
 
     index: int
     actor: Any
-    sender: str = ""
+    incarnation: str = ""
+    sender: str = ""  # the sender id of its Connection (a new one for each run, with a hub)
     pid: int = 0
     node: str = ""
     run: Any = None  # the pending run()
@@ -94,7 +97,7 @@ class Serving:
             options = self.plan.actor_options[i]
             self.members.append(Member(i, remote.options(**options).remote(Stored(ref), i, self.plan.job)))
         for m in self.members:
-            m.sender, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
+            m.incarnation, m.sender, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
         if name is not None:
             self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
                                                                 num_cpus=0).remote(self.urls)
@@ -184,7 +187,7 @@ class Serving:
         """Member m's finished run: counted, or, when its actor died, a restart."""
         ref, m.run = m.run, None
         try:
-            batches, samples = self._get(m, ref)
+            batches, samples, m.sender = self._get(m, ref)
         except WorkerDied:
             self._restart(m, epoch)
             return
@@ -199,7 +202,7 @@ class Serving:
         for m in [m for m in self.members if m.probe in ready]:
             ref, m.probe = m.probe, None
             try:
-                if self._get(m, ref)[0] != m.sender:
+                if self._get(m, ref)[0] != m.incarnation:
                     self._restart(m, epoch)
             except WorkerDied:
                 self._restart(m, epoch)
@@ -210,8 +213,9 @@ class Serving:
         if self.hub is None or not all(feed.resumable for feed in self.feeds):
             raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) died; serving its portion again "
                              "without loss or repeats needs a zshare:// or zsplit:// URL and a pipeline")
-        sender, pid, node, served = self._hello_again(m)
-        if sender == m.sender:  # the same incarnation: a call was lost, not the actor
+        incarnation, sender, pid, node, served = self._hello_again(m)
+        if incarnation == m.incarnation:  # a call was lost, not the actor
+            m.sender = sender
             if served is None or served < epoch:
                 m.run = m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
             return
@@ -223,7 +227,7 @@ class Serving:
               f"{node}, it serves epochs {plan.epoch}..{epoch} of portion {m.index} again, passing over {skips} "
               f"batches",
               file=sys.stderr, flush=True)
-        m.sender, m.pid, m.node = sender, pid, node
+        m.incarnation, m.sender, m.pid, m.node = incarnation, sender, pid, node
         self.restarts += 1
         m.run = m.actor.run.remote(plan.epoch, epoch, skips)
 

@@ -50,6 +50,7 @@ class StreamInput:
         input is inproc; `_ordered`: messages in their senders' order, waiting for the book."""
         self._ordered: collections.deque = collections.deque()
         self.order = InputOrder()
+        self._forgotten: set[str] = set()  # retired senders whose sessions are closed
         self.inlet: Inbound | None = None
         if not self.input_address.startswith("inproc://"):
             self.inlet = Inbound(self.input, "zpull+" + self.input_address, liveness, self._input_epochs,
@@ -61,12 +62,22 @@ class StreamInput:
         if self.inlet is not None:
             self.inlet.tend()
             released = self.inlet.next_ready()
-            if released is not None:
-                with self._input_lock:  # the order: this thread and handover()
-                    while released is not None:
-                        self._ordered.extend(self.order.arrive(released))
-                        released = self.inlet.next_ready()
+            while released is not None:
+                self._ordered.extend(self.order.arrive(released))
+                released = self.inlet.next_ready()
+        if len(self._input_epochs.retired) > len(self._forgotten):
+            with self._input_lock:  # handover() retires senders from the caller's thread
+                self._forget_retired()
         return bool(self._input_epochs.backlog or self._ordered)
+
+    def _forget_retired(self) -> None:
+        """Close the sessions of the senders retired since the last call (a restarted worker's
+        predecessor, or the sender of a worker's earlier run): what of them waits is dropped."""
+        for sender in self._input_epochs.retired - self._forgotten:
+            self.order.forget(sender)
+            if self.inlet is not None:
+                self.inlet.forget(sender)
+        self._forgotten |= self._input_epochs.retired
 
     def _close_sessions(self) -> None:
         """Say bye to the input's senders (confirming what was taken) and close the link socket."""
@@ -91,7 +102,6 @@ class StreamInput:
             current = self._input_epochs.slots.get((stream, worker))
             for sender in {*retire, current} - {None}:
                 self._input_epochs.retire(sender)
-                self.order.forget(sender)
             epoch = first_epoch if self._epoch is None else self._epoch
             skips = {(e, w): n for (s, e, w), n in self.received.items() if s == stream and w == worker and e >= epoch}
             return ResumePlan(stream, workers, epoch, skips)
@@ -150,6 +160,8 @@ class StreamInput:
         epoch becomes an end item. A batch that shows its sender's marker was lost ends that epoch
         first (the epoch book gives the batch back through release())."""
         verdict = self._input_epochs.admit(message)
+        if len(self._input_epochs.retired) > len(self._forgotten):  # it took over another sender's portion
+            self._forget_retired()
         if verdict in (Verdict.HOLD, Verdict.DROP):
             return
         if verdict is Verdict.LOST_MARKER:

@@ -197,7 +197,7 @@ class ShareServer(StreamInput):
             self._on_monitor()
         if self.router in ready:
             self._on_consumer()
-        if self.input in ready or self._input_pending() or (taking and self._ahead is not None):
+        if self._input_pending() or self.input in ready or (taking and self._ahead is not None):
             self._on_input()
         self._deliver()
         for peer in self.book.expire(time.monotonic(), self.window, HOLD_WINDOWS * self.window):
