@@ -62,3 +62,34 @@ def test_a_sender_bound_on_every_interface_feeds_its_receiver(free_port, schemes
         feeder.join(5)
         inp.close()
         out.close(linger=0)
+
+
+@pytest.mark.net
+@pytest.mark.timeout(60)
+def test_several_pullers_end_their_pass_while_the_sender_idles_after_its_marker(free_port):
+    """Each puller holds its marker until the sender's floor passes the batches the other took; the
+    sender tells it over the links while it waits for nothing (no send, no close)."""
+    port = free_port()
+    out = Connection(f"zrpush://127.0.0.1:{port}", timeout=10)
+    ended: list[int] = []
+    both = threading.Event()
+
+    def one_pass():
+        with Connection(f"zrpull://127.0.0.1:{port}", timeout=30) as inp:
+            ended.append(sum(1 for _ in inp))
+            if len(ended) == 2:
+                both.set()
+
+    pullers = [threading.Thread(target=one_pass, daemon=True) for _ in range(2)]
+    try:
+        for puller in pullers:
+            puller.start()
+        while out._end.outbound.peers() < 2:  # both connected: round-robin gives each some batches
+            out._end.outbound.link.poll(20)
+        out.serve([[np.full(4, i, "i4")] for i in range(40)])
+        assert both.wait(20), f"passes ended: {ended}; the others wait for the sender's next call"
+        assert sum(ended) == 40 and min(ended) > 0
+    finally:
+        out.close()
+        for puller in pullers:
+            puller.join(10)

@@ -242,6 +242,17 @@ def test_take_repeats_taken_batches_until_the_floor_passes_them_and_markers_once
     assert arrivals.take() == ([3, 9], 9) and arrivals.high == 9
 
 
+def test_a_floor_told_over_the_link_forgets_what_is_below_it_and_never_goes_down():
+    arrivals = Arrivals()
+    for seq in range(4):
+        arrivals.arrive(seq, 0, seq)
+    arrivals.lift(3)
+    assert arrivals.floor == 3 and set(arrivals.seen) == {3}
+    arrivals.lift(1)
+    assert arrivals.floor == 3 and not arrivals.arrive(2, 0, 9)  # below it: a duplicate
+    assert arrivals.take() == ([3, 9], 9)
+
+
 def test_what_could_not_be_sent_is_owed_again():
     arrivals = Arrivals()
     arrivals.arrive(0, 0, 1)

@@ -28,51 +28,28 @@ from __future__ import annotations
 import collections
 import secrets
 import socket
+import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import msgpack
 import zmq
 
 from tensorcom import wire
-from tensorcom.errors import TransportError, Undelivered
+from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
+from tensorcom.transport._delivery import Delivery
 from tensorcom.transport.session import SendLog
 
 POLL = 0.1  # seconds between looks at the acknowledgements while waiting
 TICK_AFTER = 0.5  # seconds without a transmission before unconfirmed ones are probed with a tick
 ACK_WAIT = 0.05  # seconds before a tick tells receivers a floor that rose since the last transmission
+IDLE_STEP = 0.01  # seconds between looks at the acknowledgements while the caller is away after a marker
 _POLLIN = int(zmq.POLLIN)
 REJOIN_GRACE = 2.0  # seconds close() waits for a receiver to reconnect once none is attached or connected
 UNVOUCHED_KEEP = 64  # messages kept while no receiver ever confirmed anything (tensorcom 0.1 peers)
 DATA_EVENTS = sockets.MONITORED
 LINK_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED
-
-
-@dataclass
-class Delivery:
-    """The outcome of closing a sending socket: `peers` (receivers or connections at close),
-    `troubled` (peer -> what happened, for those that did not confirm everything), `counts` (peer ->
-    batches not confirmed), `undelivered` (batches not confirmed in all), `marker` (an end-of-epoch
-    marker is among what was not confirmed)."""
-
-    peers: int = 0
-    troubled: dict = field(default_factory=dict)
-    counts: dict = field(default_factory=dict)
-    undelivered: int = 0
-    marker: bool = False
-
-    def check(self, url: str) -> None:
-        """Undelivered (`counts` per receiver, `.undelivered` the total) when anything was not confirmed."""
-        if not self.troubled:
-            return
-        peers = "; ".join(f"{peer}: {why}" for peer, why in self.troubled.items())
-        tail = " and the end-of-epoch marker" if self.marker else ""
-        error = Undelivered(f"close: {self.undelivered} batch(es){tail} not confirmed by their receivers "
-                            f"({peers}; {self.peers} attached at close)", url, counts=self.counts)
-        error.undelivered = self.undelivered
-        raise error
 
 
 def ack_address(endpoint: Any, address: str, token: str) -> str | None:
@@ -118,7 +95,7 @@ class Outbound:
         self.sock, self.send_frames, self.name, self.keeps = sock, send_frames, name, keeps
         self.next_seq = next_seq  # the seq the sender's next batch gets (a tick carries it)
         self.last_sent = self.last_tick = 0.0
-        self.floor_sent = 0  # the floor the last transmission told receivers
+        self.floor_sent = 0  # the floor every data connection was told (by a tick, or the only one's last message)
         self.probe_soon = False  # a suspect was resent alone: a tick right behind it proves it
         self.connections_seen = 0  # data connections when the resend rule was last applied
         self.unsent = False  # a resend found the queue full
@@ -131,6 +108,9 @@ class Outbound:
         self.receivers: dict[str, _Receiver] = {}
         self.ever_attached = False
         self.marks: collections.deque = collections.deque()  # (time, log.tx) while unsure ones wait to settle
+        self.news = False  # acknowledgements or events taken since the resend rule was last applied
+        self.idle: threading.Thread | None = None  # the watch after a marker (_watch)
+        self.halt = threading.Event()
         self.open_fds: set[int] = set()
         self.data_monitor = sockets.open_monitor(sock, DATA_EVENTS)
         self.link: zmq.Socket | None = None
@@ -140,6 +120,7 @@ class Outbound:
 
     def listen(self, endpoint: Any, address: str) -> None:
         """Bind the acknowledgement socket for data endpoint `endpoint` (attached at `address`)."""
+        self._quiet()
         self.urls.append(endpoint.url)
         where = ack_address(endpoint, address, self.token)
         if where is None:
@@ -170,8 +151,10 @@ class Outbound:
                 self.log.drop_oldest()
                 continue
             self._wait_step(deadline, "room for more batches")
-        self.floor_sent = self.log.floor(seq)
-        return wire.Reply(tuple(self.addresses), self.token, self.floor_sent, self.log.tx)
+        floor = self.log.floor(seq)
+        if self.log.connections <= 1:  # (round-robin over several: the others were not told)
+            self.floor_sent = floor
+        return wire.Reply(tuple(self.addresses), self.token, floor, self.log.tx)
 
     def sent(self, key: tuple, frames: list, nbytes: int) -> None:
         """Record a message sent with the last reply() (its `key`: ("batch", seq) or ("marker", ...))."""
@@ -182,11 +165,14 @@ class Outbound:
             return
         self.log.transmit(key, frames, nbytes)
         self.last_sent = time.monotonic()
+        if key[0] == "marker" and self.link is not None:
+            self._watch_start()
         if not self.ever_attached and len(self.log.entries) > UNVOUCHED_KEEP and self.log.connections:
             self.log.drop_oldest()  # receivers that never confirm (tensorcom 0.1): keep only a few
 
     def peers(self) -> int:
         """Data connections open now."""
+        self._quiet()
         self._data_events()
         return len(self.open_fds)
 
@@ -194,21 +180,75 @@ class Outbound:
 
     def pump(self) -> None:
         """Take every waiting acknowledgement and connection event; resend what is lost."""
+        self._quiet()
+        now = self._absorb()
+        if now is None:
+            return
+        if self.news or self.unsent or self.log.connections != self.connections_seen:  # else the proof
+            self.connections_seen, self.unsent, self.news = self.log.connections, False, False  # cannot
+            for entry in self.log.lost():  # have changed
+                self.unsent = not self._resend(entry) or self.unsent
+        self._tick_if_stalled(now)
+
+    def _absorb(self) -> float | None:
+        """Take every waiting acknowledgement and connection event (sending nothing on the data socket);
+        the time it did, None when there is no acknowledgement socket."""
         self._data_events()
         if self.link is None:
-            return
+            return None
         now = time.monotonic()
         news = self._link_events(now)
         while zmq.zmq_poll([(self.link, _POLLIN)], 0):
             self._take(self.link.recv_multipart(copy=False), now)
             news = True
         self._detach_gone(now)
-        news = self._settle(now) or news
-        if news or self.unsent or self.log.connections != self.connections_seen:  # else the proof
-            self.connections_seen, self.unsent = self.log.connections, False  # cannot have changed
-            for entry in self.log.lost():
-                self.unsent = not self._resend(entry) or self.unsent
-        self._tick_if_stalled(now)
+        self.news = self._settle(now) or news or self.news
+        return now
+
+    # ---- while the caller is away after an end of epoch -----------------------------------------
+
+    def _watch_start(self) -> None:
+        self._quiet()
+        self.halt.clear()
+        self.idle = threading.Thread(target=self._watch, name=f"tensorcom-floor-{self.name}", daemon=True)
+        self.idle.start()
+
+    def _watch(self) -> None:
+        """(Thread) After a marker, until the caller is back (_quiet) or everything is confirmed and
+        told: take acknowledgements and tell receivers the floor as it rises, over their links (a
+        receiver holds a marker until the floor passes the batches it lacks: with several receivers,
+        those the others took). It never touches the data socket, which stays the caller's."""
+        try:
+            while not self.halt.is_set() and self.link is not None:
+                self._absorb()
+                self._tell_floor()
+                if not self.log.entries and self.floor_sent >= self.log.floor(self.next_seq()):
+                    return
+                self.link.poll(int(IDLE_STEP * 1000), zmq.POLLIN)
+        except (zmq.ZMQError, AttributeError):  # closed under it (its Connection collected in this thread)
+            return
+
+    def _tell_floor(self) -> None:
+        """Send every attached receiver a `floor` message over its link when the floor rose past what
+        every data connection was told."""
+        floor = self.log.floor(self.next_seq())
+        if floor <= self.floor_sent:
+            return
+        body = msgpack.packb({"kind": "floor", "token": self.token, "floor": floor})
+        for receiver in self.receivers:
+            try:
+                self.link.send_multipart([receiver.encode(), body], flags=zmq.NOBLOCK)
+            except zmq.Again:  # its link's queue is full: it is not reading; a later message tells it
+                pass
+        self.floor_sent = floor
+
+    def _quiet(self) -> None:
+        """The caller is back: stop the watch; it touches nothing after this returns."""
+        idle, self.idle = self.idle, None
+        if idle is not None:
+            self.halt.set()
+            if idle is not threading.current_thread():
+                idle.join()
 
     def _settle(self, now: float) -> bool:
         """Tell the log which transmissions went out a liveness window ago (session.SendLog.settle);
@@ -306,6 +346,7 @@ class Outbound:
     def finish(self, linger: float | None) -> Delivery:
         """Close the data socket and the acknowledgement socket keeping the module's promise."""
         deadline = None if linger is None else time.monotonic() + linger
+        self._quiet()
         try:
             if linger is not None and linger <= 0:
                 self.sock.close(linger=0)

@@ -46,6 +46,7 @@ are entries too; a batch resent after its epoch's marker reaches the receiver in
     arrivals = Arrivals()                     # receiver side, one per sender
     fresh = arrivals.arrive(seq, floor, tx)   # False: a duplicate (a resend of what came), drop it
     txs, high = arrivals.take()               # what to confirm now (taken batches again until the floor passes)
+    arrivals.lift(floor)                      # the sender told its floor over the link
 """
 
 from __future__ import annotations
@@ -222,9 +223,7 @@ class Arrivals:
         """Record a transmission (`seq` None for a marker or tick); False when it is a batch already
         taken (its new transmission is confirmed too)."""
         self.high, self.fresh = max(self.high, tx), True
-        if floor > self.floor:
-            self.floor = floor
-            self.seen = {s: t for s, t in self.seen.items() if s >= floor}
+        self.lift(floor)
         if seq is None:
             self.pending.append(tx)
             return True
@@ -234,6 +233,13 @@ class Arrivals:
             return False
         self.seen[seq] = tx
         return True
+
+    def lift(self, floor: int) -> None:
+        """The sender's floor is `floor` (from a transmission, or told over the link): forget the
+        batches below it (every receiver's copy of them was confirmed). It never goes down."""
+        if floor > self.floor:
+            self.floor = floor
+            self.seen = {s: t for s, t in self.seen.items() if s >= floor}
 
     def take(self) -> tuple[list[int], int]:
         """(transmissions to confirm, highest seen). Batches are confirmed again in every take until
