@@ -32,14 +32,14 @@ def batch(i: int) -> dict:
     return {"id": np.arange(4 * i, 4 * i + 4, dtype=np.int32), "pad": np.zeros(PAD, np.uint8)}
 
 
-def collect(url: str, out: list, errors: list) -> threading.Thread:
-    """A thread that joins `url` and appends one pass's ids to `out` (errors to `errors`)."""
+def collect(url: str, out: list, errors: list, passes: int = 1) -> threading.Thread:
+    """A thread that joins `url` and appends the ids of `passes` passes to `out` (errors to `errors`)."""
 
     def run():
         try:
             with Connection(url, timeout=60, liveness=10) as conn:
-                for b in conn:
-                    out.extend(int(i) for i in b["id"])
+                for _ in range(passes):
+                    out.extend(int(i) for b in conn for i in b["id"])
         except Exception as exc:  # reported to the test
             errors.append(exc)
 
@@ -188,3 +188,30 @@ def test_input_order_forgets_a_retired_sender():
     order.forget("a")
     assert order.waiting == 0 and order.senders == {}
     order.forget("never-heard")  # a sender retired before it was heard from
+
+
+@pytest.mark.net
+def test_a_sender_that_took_a_portion_over_ends_its_predecessors_session(hub):
+    """As a Ray actor's runs do: sender A sends epoch 0 of the portion and closes (the hub confirmed
+    everything); sender B sends epoch 1. A is retired when B's first batch comes, and the hub stops
+    linking to A's closed acknowledgement socket; both epochs reach the consumer once."""
+    inlet = hub.server.inlet
+    got: list = []
+    errors: list = []
+    consumer = collect(hub.addresses[0].replace("tcp://", "zjoin://"), got, errors, passes=2)
+    first = Connection(hub.worker_url, group=STREAM, portion=(STREAM, 0, 1), timeout=30)
+    for i in range(5):
+        first.send(batch(i))
+    first.end_epoch()
+    first.close(linger=30)  # Undelivered unless the hub confirmed all of it
+    second = Connection(hub.worker_url, group=STREAM, portion=(STREAM, 0, 1), timeout=30)
+    second.epoch_number = 1
+    for i in range(5, 10):
+        second.send(batch(i))
+    second.end_epoch()
+    hub.finish(ends=2)
+    second.close(linger=30)
+    consumer.join(timeout=60)
+    hub.close(timeout=30)
+    assert errors == [] and got == list(range(4 * 10))
+    assert inlet.senders[first.sender].address == ""  # unlinked: ZeroMQ no longer reconnects to it
