@@ -108,9 +108,11 @@ class StreamInput:
 
     def _on_input(self) -> None:
         """Take input messages while the book takes items: first those the input's epoch book
-        released (they arrived earlier), then new ones. While the book takes nothing, one message is
-        still read ahead: a `finish` is acted on at once (a stream whose consumers all left, with a
-        full replay buffer, must still end), a batch waits in `_ahead` until the book takes again."""
+        released (they arrived earlier), then new ones. While the book takes nothing, messages are
+        still read until one waits: a `finish` is acted on at once (a stream whose consumers all
+        left, with a full replay buffer, must still end); a wire message is confirmed (its sender
+        may be waiting for that to close; ticks and duplicates end there) and a batch or marker
+        waits in `_ordered`, the next message in `_ahead`, until the book takes again."""
         while True:
             if self._ahead is None:
                 try:
@@ -118,8 +120,8 @@ class StreamInput:
                 except zmq.Again:
                     pass
             ahead = self._ahead
-            if (ahead is not None and control.is_control(ahead[0].buffer) and not self._input_epochs.backlog
-                    and not self._ordered):
+            if ahead is not None and not self._input_epochs.backlog and not self._ordered and (
+                    control.is_control(ahead[0].buffer) or not self.book.can_take()):
                 self._ahead = None
                 with self._input_lock:
                     self._take(ahead)
