@@ -3,6 +3,8 @@ an unconnected socket), what closing a publisher delivers."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import zmq
@@ -78,3 +80,22 @@ def test_unsure_transmissions_settle_a_liveness_window_after_they_were_sent(outb
     assert outbound._settle(100.0 + outbound.liveness) and log.settled == 1 and log.unsure == [1]
     assert outbound._settle(100.0 + outbound.liveness * 2) and log.unsure == []
     assert not outbound._settle(100.0 + outbound.liveness * 2) and not outbound.marks  # nothing to time
+
+
+def test_a_watch_steps_until_its_step_is_done_or_its_owner_is_back():
+    from tensorcom.transport._watch import Watch
+
+    steps: list[int] = []
+    watch = Watch("test-watch", every=0.001)
+    watch.start(lambda: steps.append(1) or len(steps) >= 3)
+    watch.thread.join(10)
+    assert len(steps) == 3  # done: it ended by itself
+    never_done = threading.Event()
+    watch.start(lambda: never_done.set() or False)
+    assert never_done.wait(10)
+    watch.stop()
+    assert watch.thread is None and not any(t.name == "test-watch" for t in threading.enumerate())
+    watch.start(lambda: 1 / 0, ended=(ZeroDivisionError,))  # what it used was closed under it
+    watch.thread.join(10)
+    assert not watch.thread.is_alive()
+    watch.stop()

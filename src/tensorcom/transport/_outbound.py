@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import secrets
 import socket
-import threading
 import time
 from typing import Any, Callable
 
@@ -39,12 +38,12 @@ from tensorcom import wire
 from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport._delivery import Delivery
+from tensorcom.transport._watch import Watch
 from tensorcom.transport.session import SendLog
 
 POLL = 0.1  # seconds between looks at the acknowledgements while waiting
 TICK_AFTER = 0.5  # seconds without a transmission before unconfirmed ones are probed with a tick
 ACK_WAIT = 0.05  # seconds before a tick tells receivers a floor that rose since the last transmission
-IDLE_STEP = 0.01  # seconds between looks at the acknowledgements while the caller is away after a marker
 _POLLIN = int(zmq.POLLIN)
 REJOIN_GRACE = 2.0  # seconds close() waits for a receiver to reconnect once none is attached or connected
 UNVOUCHED_KEEP = 64  # messages kept while no receiver ever confirmed anything (tensorcom 0.1 peers)
@@ -109,8 +108,7 @@ class Outbound:
         self.ever_attached = False
         self.marks: collections.deque = collections.deque()  # (time, log.tx) while unsure ones wait to settle
         self.news = False  # acknowledgements or events taken since the resend rule was last applied
-        self.idle: threading.Thread | None = None  # the watch after a marker (_watch)
-        self.halt = threading.Event()
+        self.watch = Watch(f"tensorcom-floor-{name}")  # after a marker, while the caller is away
         self.open_fds: set[int] = set()
         self.data_monitor = sockets.open_monitor(sock, DATA_EVENTS)
         self.link: zmq.Socket | None = None
@@ -120,7 +118,7 @@ class Outbound:
 
     def listen(self, endpoint: Any, address: str) -> None:
         """Bind the acknowledgement socket for data endpoint `endpoint` (attached at `address`)."""
-        self._quiet()
+        self.watch.stop()
         self.urls.append(endpoint.url)
         where = ack_address(endpoint, address, self.token)
         if where is None:
@@ -165,14 +163,14 @@ class Outbound:
             return
         self.log.transmit(key, frames, nbytes)
         self.last_sent = time.monotonic()
-        if key[0] == "marker" and self.link is not None:
-            self._watch_start()
         if not self.ever_attached and len(self.log.entries) > UNVOUCHED_KEEP and self.log.connections:
             self.log.drop_oldest()  # receivers that never confirm (tensorcom 0.1): keep only a few
+        if key[0] == "marker" and self.link is not None:  # last: the watch owns everything until stopped
+            self.watch.start(self._watch_step, ended=(zmq.ZMQError, AttributeError))  # (closed under it)
 
     def peers(self) -> int:
         """Data connections open now."""
-        self._quiet()
+        self.watch.stop()
         self._data_events()
         return len(self.open_fds)
 
@@ -180,7 +178,7 @@ class Outbound:
 
     def pump(self) -> None:
         """Take every waiting acknowledgement and connection event; resend what is lost."""
-        self._quiet()
+        self.watch.stop()
         now = self._absorb()
         if now is None:
             return
@@ -205,28 +203,16 @@ class Outbound:
         self.news = self._settle(now) or news or self.news
         return now
 
-    # ---- while the caller is away after an end of epoch -----------------------------------------
-
-    def _watch_start(self) -> None:
-        self._quiet()
-        self.halt.clear()
-        self.idle = threading.Thread(target=self._watch, name=f"tensorcom-floor-{self.name}", daemon=True)
-        self.idle.start()
-
-    def _watch(self) -> None:
-        """(Thread) After a marker, until the caller is back (_quiet) or everything is confirmed and
-        told: take acknowledgements and tell receivers the floor as it rises, over their links (a
-        receiver holds a marker until the floor passes the batches it lacks: with several receivers,
-        those the others took). It never touches the data socket, which stays the caller's."""
-        try:
-            while not self.halt.is_set() and self.link is not None:
-                self._absorb()
-                self._tell_floor()
-                if not self.log.entries and self.floor_sent >= self.log.floor(self.next_seq()):
-                    return
-                self.link.poll(int(IDLE_STEP * 1000), zmq.POLLIN)
-        except (zmq.ZMQError, AttributeError):  # closed under it (its Connection collected in this thread)
-            return
+    def _watch_step(self) -> bool:
+        """The watch's step after a marker, while the caller sends nothing: take acknowledgements and
+        tell receivers the floor as it rises, over their links (a receiver holds a marker until the
+        floor passes the batches it lacks: with several receivers, those the others took). True once
+        everything is confirmed and told. It never touches the data socket, which stays the caller's."""
+        if self.link is None:
+            return True
+        self._absorb()
+        self._tell_floor()
+        return not self.log.entries and self.floor_sent >= self.log.floor(self.next_seq())
 
     def _tell_floor(self) -> None:
         """Send every attached receiver a `floor` message over its link when the floor rose past what
@@ -241,14 +227,6 @@ class Outbound:
             except zmq.Again:  # its link's queue is full: it is not reading; a later message tells it
                 pass
         self.floor_sent = floor
-
-    def _quiet(self) -> None:
-        """The caller is back: stop the watch; it touches nothing after this returns."""
-        idle, self.idle = self.idle, None
-        if idle is not None:
-            self.halt.set()
-            if idle is not threading.current_thread():
-                idle.join()
 
     def _settle(self, now: float) -> bool:
         """Tell the log which transmissions went out a liveness window ago (session.SendLog.settle);
@@ -346,7 +324,7 @@ class Outbound:
     def finish(self, linger: float | None) -> Delivery:
         """Close the data socket and the acknowledgement socket keeping the module's promise."""
         deadline = None if linger is None else time.monotonic() + linger
-        self._quiet()
+        self.watch.stop()
         try:
             if linger is not None and linger <= 0:
                 self.sock.close(linger=0)
