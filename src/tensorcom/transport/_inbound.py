@@ -266,10 +266,12 @@ class Inbound:
 
     def tend(self) -> None:
         """For a caller that polls the socket itself (a sharing server's input, which never raises
-        PeerLost): apply the link's events, send the confirmations owed, and release held messages
-        whose gap has filled (next_ready() has them)."""
+        PeerLost): apply the link's events, send the confirmations owed (at most every ACK_DELAY s:
+        arrived() sends them sooner when it has reason to), and release held messages whose gap has
+        filled (next_ready() has them)."""
         self._link_events()
-        self.flush()
+        if time.monotonic() - self.flushed >= ACK_DELAY:
+            self.flush()
         self._release_due()
 
     def forget(self, sender: str) -> None:
