@@ -6,6 +6,10 @@ duplicates (a sender's resends of what came after all), and waiting with livenes
     fresh = inbound.arrived(message)    # after decoding: False for a duplicate (skip it)
     inbound.close()                     # says bye to every sender, closes the link socket
 
+A sharing server's input (`tensorcom.transport.sharing._input`) polls its socket itself: it calls
+arrived() for each message it reads, tend() between reads (link events, confirmations owed, held
+messages released), and forget(sender) for a sender whose portion another took over.
+
 Links: the first message of a sender that names a `reply` (wire.Reply) makes this side connect its
 link socket, one ROUTER for all senders (its routing id is this receiver's name; each sender's link is
 addressed by its token), to the sender's acknowledgement socket. Over it go `ack` messages: the
