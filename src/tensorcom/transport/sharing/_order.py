@@ -9,7 +9,10 @@ A sender's batches carry consecutive seqs and a marker the seq of the batch afte
 over tcp or ipc carries the sender's `reply.floor`, below which each of its batches is confirmed
 (taken here, or given up by the sender). A batch or marker passes once every batch of its sender
 with a lower seq has passed or is below the floor; until then it waits here (a marker before the
-batch of the same seq, which was sent after it). Ticks only raise the floor. Duplicates never get
+batch of the same seq, which was sent after it). A marker takes no seq of its own, so one that
+was lost and comes after the next epoch's first batch cannot be waited for: the input's epoch book
+then ends the epoch with a stand-in at that batch (epochs.py, lost markers) and drops the late
+marker. Ticks only raise the floor. Duplicates never get
 here (the input's `Inbound` drops them). Messages without a session (no sender or no `reply`:
 inproc, tensorcom 0.1 and foreign senders) pass at once.
 
