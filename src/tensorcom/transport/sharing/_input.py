@@ -2,8 +2,8 @@
 its input socket. Protocol-2 wire messages (batches and end-of-epoch markers) come from one producer
 or a group of serving workers; their markers are counted with an `EpochBook` (a group of N workers
 ends an epoch after N markers), and each epoch's end becomes one item of the served stream. The
-batches taken of each share (stream, epoch, worker) are counted, so that a restarted worker can take
-its share over where its predecessor stopped (`handover`). The control frame `finish` (optionally
+batches taken of each portion (stream, epoch, worker) are counted, so that a restarted worker can take
+its portion over where its predecessor stopped (`handover`). The control frame `finish` (optionally
 with "ends": epochs to wait for first) ends the stream; batches sent after the last marker get an end.
 
 Sessions: an input that is a tcp or ipc socket (a Hub's, fed by serving workers or tensorcom.ray's
@@ -92,10 +92,10 @@ class StreamInput:
 
     def handover(self, stream: str, worker: int, workers: int, *, first_epoch: int = 0,
                  retire: Iterable[str] = ()) -> ResumePlan:
-        """Give share `worker` of `workers` of `stream` to a new sender (a restarted worker): the sender
+        """Give portion `worker` of `workers` of `stream` to a new sender (a restarted worker): the sender
         that sent it so far and the senders `retire` (which may not have been heard from yet) are
         retired, so whatever still arrives from them is dropped; returns the new sender's plan: from
-        the input's current epoch (`first_epoch` before any input) on, skip the batches of the share
+        the input's current epoch (`first_epoch` before any input) on, skip the batches of the portion
         taken so far, and end each of those epochs again (the retired sender's markers are forgotten).
         Safe from any thread: every input message is either counted here or dropped."""
         with self._input_lock:
@@ -180,10 +180,10 @@ class StreamInput:
             self._end_epoch()
 
     def _count(self, message: Any, samples: int) -> None:
-        """Count a batch taken from the input, per share when it has one (for handover)."""
+        """Count a batch taken from the input, per portion when it has one (for handover)."""
         self.input_batches, self.input_samples = self.input_batches + 1, self.input_samples + samples
-        if message.share is not None and message.epoch is not None:
-            key = (message.share.stream, message.epoch, message.share.worker)
+        if message.portion is not None and message.epoch is not None:
+            key = (message.portion.stream, message.epoch, message.portion.worker)
             self.received[key] = self.received.get(key, 0) + 1
 
     def _add(self, item: Item) -> None:

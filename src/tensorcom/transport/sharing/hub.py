@@ -3,7 +3,7 @@ runs in its own process.
 
     hub = Hub("zshare://127.0.0.1:7880", min_consumers=2)
     hub.worker_url            # "zpush+ipc:///tmp/tc-hub-…/in": every worker connects a Connection here
-    ...                       # the N workers send their shares, one marker group of N per epoch
+    ...                       # the N workers send their portions, one marker group of N per epoch
     hub.finish(ends=epochs)   # the stream ends once that many epochs have ended
     result = hub.close()      # waits until every consumer has everything (ShareServer.wait's result)
 
@@ -12,7 +12,7 @@ counted, so each epoch ends once for the consumers, after the last worker's mark
 
 Workers on other machines (tensorcom.ray's actors): `Hub(url, input_host="10.0.0.5")` binds the input
 on tcp, that host, a port of the system's choosing (`worker_url` "zpush://10.0.0.5:PORT"); and
-`hub.server.handover(stream, i, n)` gives share i to a restarted worker, which skips what was taken.
+`hub.server.handover(stream, i, n)` gives portion i to a restarted worker, which skips what was taken.
 The input is not authenticated: bind it on a network only the cluster reaches.
 """
 

@@ -9,7 +9,7 @@ joined (`zjoin://`) as the books (`books`) decide (share: everyone, split: one e
 
 Input: protocol-2 wire messages from one in-process producer (a Connection on `inproc://`), from the
 serving workers of `tensorcom.serve` (`ipc://`) or from Ray actors (`tcp://`, tensorcom.ray); how they
-become the served stream (epochs, handover of a restarted worker's share, `finish`) is in
+become the served stream (epochs, handover of a restarted worker's portion, `finish`) is in
 `_input`. Batches are forwarded as the frames received, so one encoding reaches every consumer
 (zero-copy fan-out); a consumer on the server's host that accepted the shared-memory handoff gets a
 reference to one copy in shared memory instead (`handoff`).
