@@ -16,7 +16,8 @@ Push also runs reversed (rpush: zrpush binds, zrpull connects) in the cells wher
 matters, and over ipc (push-ipc) in the process faults only; the rest are skipped with the reason.
 
 The cells of the selected tests all start together (each in its own namespaces, a few at a time) when
-the first of them runs, so the matrix takes about as long as its slowest cells; each test then waits
+the first of them runs (on pytest-xdist workers: per group, the publisher's cells on one worker, the
+lossless ones on another), so the matrix takes about as long as its slowest cells; each test then waits
 for its own cell and checks it. Cells that fail because of the transport today are xfail(strict).
 """
 
@@ -32,7 +33,8 @@ from faults.cells import BATCH, BATCHES, FAULTS, RESTART_FIRST, SCHEMES, Run
 
 pytestmark = [pytest.mark.net, pytest.mark.procs, pytest.mark.timeout(600)]
 
-CONCURRENT = 8  # cells at once: they mostly wait (pacing, partitions), but each has 2-4 Python processes
+CONCURRENT = {"fault-matrix-pub": 12, "fault-matrix-lossless": 8}  # cells at once, per group: the
+# publisher's are paced and light (all at once); a lossless cell has 2-4 busy Python processes
 SLACK = 2.0  # seconds beyond the issue's liveness + 2 s: a generous margin for a loaded CI machine
 KNOWN: dict[tuple[str, str], str] = {}  # (fault, scheme) -> what fails today (issue 16); remove when fixed
 SOMETIMES: dict[tuple[str, str], str] = {}  # cells that fail in some runs only: xfail, not strict
@@ -46,29 +48,45 @@ def expected(first: int = 0) -> list[int]:
 # --- running the selected cells side by side ---------------------------------------------------------
 
 
-class Matrix:
-    """Runs cells in a thread pool, all submitted at once; `result(fault, scheme)` waits for one."""
+def group_of(scheme: str) -> str:
+    """The pytest-xdist group of a scheme's cells: each group runs on one worker, its cells side by side;
+    the publisher's cells (paced, long, light) beside the lossless ones (short, busy)."""
+    return "fault-matrix-pub" if scheme == "pub" else "fault-matrix-lossless"
 
-    def __init__(self, selected: list[tuple[str, str]]):
-        self.pool = concurrent.futures.ThreadPoolExecutor(CONCURRENT, thread_name_prefix="cell")
-        long_first = sorted(selected, key=lambda cell: -FAULTS[cell[0]].length)
-        self.futures = {cell: self.pool.submit(cells.run_cell, FAULTS[cell[0]], SCHEMES[cell[1]])
-                        for cell in long_first}
+
+class Matrix:
+    """Runs cells in a thread pool per group; `result(fault, scheme)` waits for one. `grouped` (on a pytest-xdist
+    worker, which runs whole groups): the first result asked of a group submits every selected cell of
+    that group; else every selected cell is submitted at once."""
+
+    def __init__(self, selected: list[tuple[str, str]], grouped: bool):
+        self.pools = {group: concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix=group)
+                      for group, n in CONCURRENT.items()}
+        self.selected, self.futures = selected, {}
+        if not grouped:
+            self.submit(selected)
+
+    def submit(self, chosen: list[tuple[str, str]]) -> None:
+        for cell in sorted(chosen, key=lambda cell: -FAULTS[cell[0]].length):
+            if cell not in self.futures:
+                pool = self.pools[group_of(cell[1])]
+                self.futures[cell] = pool.submit(cells.run_cell, FAULTS[cell[0]], SCHEMES[cell[1]])
 
     def result(self, fault: str, scheme: str) -> Run:
-        if (fault, scheme) not in self.futures:  # not collected up front (a plugin reordered the items)
-            self.futures[fault, scheme] = self.pool.submit(cells.run_cell, FAULTS[fault], SCHEMES[scheme])
+        if (fault, scheme) not in self.futures:  # its group's first test here (or not collected up front)
+            self.submit([c for c in self.selected if group_of(c[1]) == group_of(scheme)] + [(fault, scheme)])
         return self.futures[fault, scheme].result(timeout=550)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self.pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.fixture(scope="module")
 def matrix(request, netns_available):
     selected = [(item.callspec.params["fault"], item.callspec.params["scheme"]) for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec") and not item.get_closest_marker("skip")]
-    started = Matrix(selected)
+    started = Matrix(selected, grouped=hasattr(request.config, "workerinput"))
     yield started
     started.close()
 
@@ -248,6 +266,7 @@ def cell(fault: str, scheme: str):
         marks.append(pytest.mark.xfail(strict=False, reason=f"issue 16: {sometimes}"))
     if FAULTS[fault].slow:
         marks.append(pytest.mark.slow)
+    marks.append(pytest.mark.xdist_group(group_of(scheme)))
     return pytest.param(fault, scheme, marks=marks, id=f"{fault}-{scheme}")
 
 
