@@ -147,23 +147,21 @@ class Connection:
             sockets.check_compatible(endpoint, self.endpoints + endpoints)
         for endpoint in endpoints:
             if self._end is None:
-                self._end = self._open_plain(endpoint)
+                self._end = self._open(PlainSender if endpoint.sends else PlainReceiver, endpoint, endpoint.sends)
             self._security.warn_if_exposed(endpoint)
             self.addresses.append(self._end.attach(endpoint))
             self.endpoints.append(endpoint)
 
-    def _open_plain(self, endpoint: urls.Endpoint) -> PlainSender | PlainReceiver:
-        """The plain-scheme end for `endpoint`'s socket type, holding the shared context."""
+    def _open(self, kind: type, where: Any, sends: bool, **extra: Any) -> Any:
+        """`kind.open(...)` for `where` (an endpoint; a sharing scheme's: all of them) with this
+        Connection's options, holding the shared context (released again when it fails)."""
+        extra.update({"stats": self.stats} if sends else {"intake": self._intake})
         context = sockets.acquire_context()
-        options = dict(encoding=self.encoding, socket_options=self.socket_options, security=self._security,
-                       name=self.sender)
         try:
-            if endpoint.sends:
-                return PlainSender.open(context, endpoint, stats=self.stats, **options)
-            return PlainReceiver.open(context, endpoint, intake=self._intake, **options)
+            return kind.open(context, where, encoding=self.encoding, socket_options=self.socket_options,
+                             security=self._security, name=self.sender, **extra)
         except BaseException:
-            self._security.release()
-            sockets.release_context()
+            self._release()
             raise
 
     def _connect_sharing(self, endpoints: list) -> None:
@@ -172,18 +170,9 @@ class Connection:
             raise ValueError("a sharing Connection is connected once, to all its URLs in one call")
         if any(not e.sharing for e in endpoints) or len({e.sends for e in endpoints}) != 1:
             raise ValueError(f"zshare/zsplit/zjoin URLs cannot be mixed with others: {[e.url for e in endpoints]}")
-        context = sockets.acquire_context()
-        options = dict(encoding=self.encoding, socket_options=self.socket_options, sharing=self.sharing_options,
-                       security=self._security, name=self.sender)
-        try:
-            if endpoints[0].sends:
-                self._end = SharingServerEnd.open(context, endpoints, stats=self.stats, **options)
-            else:
-                self._end = JoinerEnd.open(context, endpoints, intake=self._intake, **options)
-        except BaseException:
-            self._security.release()
-            sockets.release_context()
-            raise
+        sends = endpoints[0].sends
+        self._end = self._open(SharingServerEnd if sends else JoinerEnd, endpoints, sends,
+                               sharing=self.sharing_options)
         for endpoint in endpoints:
             self._security.warn_if_exposed(endpoint)
         self.endpoints.extend(endpoints)
@@ -201,7 +190,7 @@ class Connection:
         return None if self._end is None else self._end.socket
 
     @socket.setter
-    def socket(self, sock: Any) -> None:
+    def socket(self, sock: Any) -> None:  # tests record what is sent through a stand-in
         self._end.socket = sock
 
     @property

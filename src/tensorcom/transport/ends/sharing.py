@@ -3,13 +3,13 @@
   * `SharingServerEnd` (zshare:// / zsplit://, sends): a ShareServer thread bound to the URLs, fed
     over `inproc://` by a PUSH socket wrapped in a `PlainSender` (so send(), end_epoch() and serve()
     work as for every scheme); close() ends the stream (an open epoch gets its end), waits until
-    every consumer has everything (at most `linger` seconds when given) and raises TransportError
+    every consumer has everything (at most `linger` seconds when given) and raises Undelivered
     saying how many batches were not delivered, and to whom, when some were not.
   * `JoinerEnd` (zjoin://, receives): a Joiner; next_batch() gives its batches, accounted for by
     the `Intake`, and EPOCH_END when a pass of the servers joined ended.
 
-Both are made connected (`open`), to every URL at once; `abandon()` undoes everything without waiting
-(a failed start, a Connection collected without close()).
+Both are made connected (`open`), to every URL at once; `abandon()` stops without waiting (a
+Connection collected without close()).
 """
 
 from __future__ import annotations
@@ -50,14 +50,17 @@ class SharingServerEnd:
         address = f"inproc://tensorcom-share-{secrets.token_hex(8)}"
         server = ShareServer(endpoints, sharing_mode(endpoints), address, context=context,
                              liveness=socket_options.liveness, secure=security.for_role(True), **sharing.server())
-        server.start()
+        sock = None
         try:
+            server.start()
             sock = sockets.make_socket(context, "PUSH", sndhwm=max(socket_options.sndhwm, 1),
                                        rcvhwm=socket_options.rcvhwm, timeout=None, max_message_size=None)
+            sock.connect(address)
         except BaseException:
             server.abort()
+            if sock is not None:
+                sock.close(linger=0)
             raise
-        sock.connect(address)
         sender = PlainSender(sock, encoding=encoding, timeout=socket_options.timeout, stats=stats, name=name,
                              endpoints=endpoints)
         return cls(server, sender)
@@ -85,8 +88,8 @@ class SharingServerEnd:
 
     def close(self, linger: float | None) -> dict:
         """End the stream and wait (at most `linger` s; None: until done) for every consumer to have
-        everything; the server's result (also kept in `delivery`); TransportError when something was
-        not delivered."""
+        everything; the server's result (also kept in `delivery`); Undelivered, naming the consumers,
+        when something was not delivered."""
         sock = self.sender.socket
         try:
             if sock is not None:  # the server gives an open epoch its end
