@@ -9,7 +9,7 @@ the wire protocol: docs/protocol.md §7). Its modules, each one concept:
     control    the control frame that starts every message of the protocol (kind and fields <-> bytes)
     handoff    batches handed to consumers on the server's host through POSIX shared memory
 
-`Connection` reaches these through its sharing side (tensorcom.transport._sharing_side). The books'
+`Connection` reaches these through its sharing ends (tensorcom.transport.ends.sharing). The books'
 names are imported here eagerly (they need no ZeroMQ); the socket-owning ones on first use.
 """
 
