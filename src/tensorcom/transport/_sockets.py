@@ -89,6 +89,43 @@ def make_socket(context: zmq.Context, socket_type: str, *, sndhwm: int, rcvhwm: 
     return sock
 
 
+def sharing_router(context: zmq.Context, liveness: float | None) -> zmq.Socket:
+    """A sharing server's consumer-facing ROUTER: routing is mandatory (a send to a peer that left is an
+    error, not a silent drop), a consumer's reconnect under the same routing id takes its place
+    (handover), no high-water marks (the consumers' credit bounds what is queued), ZMTP heartbeats
+    for `liveness` (`set_heartbeats`)."""
+    sock = context.socket(zmq.ROUTER)
+    try:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        sock.sndhwm = sock.rcvhwm = 0
+        set_heartbeats(sock, liveness)
+    except BaseException:
+        sock.close(linger=0)
+        raise
+    return sock
+
+
+def joining_dealer(context: zmq.Context, session_id: str, liveness: float | None,
+                   reconnect_ms: int) -> zmq.Socket:
+    """A zjoin consumer's DEALER towards one server: routing id `session_id` (a reconnect is the same
+    peer to the server), linger 0, no high-water marks (the server's credit bounds what is queued),
+    ZMTP heartbeats for `liveness`, and with liveness a connect attempt given up and retried after
+    `reconnect_ms` (back soon after a healed partition)."""
+    sock = context.socket(zmq.DEALER)
+    try:
+        sock.linger = 0
+        sock.sndhwm = sock.rcvhwm = 0
+        sock.setsockopt(zmq.ROUTING_ID, session_id.encode())
+        set_heartbeats(sock, liveness)
+        if liveness is not None:
+            sock.setsockopt(zmq.CONNECT_TIMEOUT, reconnect_ms)
+    except BaseException:
+        sock.close(linger=0)
+        raise
+    return sock
+
+
 def endpoint_for(endpoint: Endpoint, topic: str) -> Endpoint:
     """`endpoint` as a Connection's socket uses it: TransportError for the sharing schemes (which
     Connection does not speak); SUB endpoints without a #topic get `topic` (connect()'s)."""

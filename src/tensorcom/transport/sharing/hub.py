@@ -23,8 +23,6 @@ import shutil
 import tempfile
 from typing import Any
 
-import zmq
-
 from tensorcom import urls
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport import security
@@ -76,7 +74,8 @@ class Hub:
 
     def finish(self, ends: int | None = None) -> None:
         """End the stream once `ends` epochs have ended (None: after what has arrived)."""
-        self._finisher = self._context.socket(zmq.PUSH)
+        self._finisher = sockets.make_socket(self._context, "PUSH", sndhwm=1000, rcvhwm=1000, timeout=None,
+                                             max_message_size=None)
         self._finisher.linger = 1000
         self._finisher.connect(self.server.input_address)
         fields = {} if ends is None else {"ends": ends}

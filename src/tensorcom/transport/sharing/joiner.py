@@ -42,7 +42,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import settings, wire
 from tensorcom.errors import DecodeError, Detached, PeerLost, RecvTimeout
-from tensorcom.transport._sockets import open_monitor, set_heartbeats, translated
+from tensorcom.transport._sockets import joining_dealer, open_monitor, translated
 from tensorcom.transport.rebatch import Rebatcher
 from tensorcom.transport.sharing import control
 from tensorcom.transport.sharing._session import CONTINUED, ServerSession, check_liveness
@@ -116,14 +116,8 @@ class Joiner:
     def _open(self, endpoint: Any, context: zmq.Context, secure: Any) -> None:
         """Add a link to `endpoint`: a DEALER socket and its monitor (closed by close() from the
         moment they exist), connected, with a join on its way."""
-        sock = context.socket(zmq.DEALER)
-        sock.linger = 0
-        sock.sndhwm = sock.rcvhwm = 0  # the server's credit bounds what is queued
-        sock.setsockopt(zmq.ROUTING_ID, self.session_id.encode())  # a reconnect is the same peer
-        set_heartbeats(sock, self.liveness)
+        sock = joining_dealer(context, self.session_id, self.liveness, RECONNECT_MS)
         self._silence = max(0.0, sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000)  # a dead connection goes then
-        if self.liveness is not None:
-            sock.setsockopt(zmq.CONNECT_TIMEOUT, RECONNECT_MS)  # back within a second of a healed partition
         if secure is not None:
             secure(sock)
         monitor = open_monitor(sock, _EVENTS)

@@ -41,7 +41,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import settings
 from tensorcom.errors import DecodeError, Undelivered
-from tensorcom.transport._sockets import open_monitor, set_heartbeats, translate, translated
+from tensorcom.transport._sockets import make_socket, open_monitor, sharing_router, translate, translated
 from tensorcom.transport.epochs import EpochBook
 from tensorcom.transport.sharing import control
 from tensorcom.transport.sharing._input import StreamInput
@@ -105,11 +105,7 @@ class ShareServer(StreamInput):
         self._sockets: list = []
         self._poller = zmq.Poller()  # the router and the monitor always; the input while the book takes items
         try:
-            self.router = self._own(context.socket(zmq.ROUTER))
-            self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer's reconnect is the same peer
-            self.router.sndhwm = self.router.rcvhwm = 0  # credit bounds what is queued
-            set_heartbeats(self.router, liveness)
+            self.router = self._own(sharing_router(context, liveness))
             self._silence = max(0.0, self.router.getsockopt(zmq.HEARTBEAT_TIMEOUT) / 1000)  # a dead connection goes then
             if secure is not None:
                 secure(self.router)
@@ -118,8 +114,8 @@ class ShareServer(StreamInput):
                 with translated(e.url, action="bind"):
                     self.router.bind(e.zmq_address)
                     self.addresses.append(self.router.getsockopt_string(zmq.LAST_ENDPOINT))
-            self.input = self._own(context.socket(zmq.PULL))
-            self.input.rcvhwm = input_hwm
+            self.input = self._own(make_socket(context, "PULL", sndhwm=input_hwm, rcvhwm=input_hwm, timeout=None,
+                                               max_message_size=None))
             with translated(input_address, action="bind"):
                 self.input.bind(input_address)
             self.input_address = self.input.getsockopt_string(zmq.LAST_ENDPOINT)  # with the port "*" chose
