@@ -58,6 +58,10 @@ from tensorcom.transport.resume import save_state
 from tensorcom.transport.stats import Statistics
 
 SHARING_ENDS = (SharingServerEnd, JoinerEnd)
+# The ends of the open Connections of this process, by id. A Connection dropped inside a reference cycle
+# is finalized with everything only it reaches, in no set order; held here, its end and sockets stay
+# reachable, so its __del__ closes them (monitors first) before pyzmq could finalize one unclosed.
+_OPEN_ENDS: dict[int, Any] = {}
 
 
 def _option(group: str, name: str) -> property:
@@ -158,11 +162,13 @@ class Connection:
         extra.update({"stats": self.stats} if sends else {"intake": self._intake})
         context = sockets.acquire_context()
         try:
-            return kind.open(context, where, encoding=self.encoding, socket_options=self.socket_options,
-                             security=self._security, name=self.sender, **extra)
+            end = kind.open(context, where, encoding=self.encoding, socket_options=self.socket_options,
+                            security=self._security, name=self.sender, **extra)
         except BaseException:
             self._release()
             raise
+        _OPEN_ENDS[id(end)] = end
+        return end
 
     def _connect_sharing(self, endpoints: list) -> None:
         """Start the server thread (zshare/zsplit) or the consumer (zjoin) for `endpoints`."""
@@ -225,6 +231,7 @@ class Connection:
             return
         self._closed = True
         end = self._end
+        _OPEN_ENDS.pop(id(end), None)
         if end is None or end.socket is None and not isinstance(end, SHARING_ENDS):
             return
         if isinstance(end, SHARING_ENDS):
@@ -274,6 +281,7 @@ class Connection:
             return
         self._closed = True
         end = self._end
+        _OPEN_ENDS.pop(id(end), None)
         try:
             if isinstance(end, SHARING_ENDS):
                 if isinstance(end, SharingServerEnd) and end.in_server_thread():  # no thread waits for itself
