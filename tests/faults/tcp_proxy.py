@@ -244,3 +244,15 @@ class TcpProxy:
             if rst:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
+
+
+def inject(proxy: TcpProxy, kind: str, timers: list) -> None:
+    """Make fault `kind` on `proxy` now: "reset" (FIN both ways), "rst" (RST), or "stall" (forward
+    nothing for 3 s, then resume: a short partition; its Timer is appended to `timers` for the caller
+    to cancel at teardown)."""
+    if kind == "stall":
+        proxy.stall()
+        timers.append(threading.Timer(3.0, proxy.resume))
+        timers[-1].start()
+    else:
+        proxy.reset(rst=kind == "rst")

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 import pytest
-from faults.tcp_proxy import TcpProxy
+from faults.tcp_proxy import TcpProxy, inject
 
 from tensorcom import Connection, wire
 from tensorcom.transport.sharing._order import InputOrder
@@ -84,16 +84,7 @@ def test_a_fault_between_a_sender_and_the_hub_loses_duplicates_and_reorders_noth
     consumer = collect(hub.addresses[0].replace("tcp://", "zjoin://"), got, errors)
     try:
         with TcpProxy(input_port(hub)) as proxy:
-
-            def fault():
-                if kind == "stall":
-                    proxy.stall()
-                    timers.append(threading.Timer(3.0, proxy.resume))
-                    timers[-1].start()
-                else:
-                    proxy.reset(rst=kind == "rst")
-
-            sender = send_through(hub, f"zpush://127.0.0.1:{proxy.port}", fault)
+            sender = send_through(hub, f"zpush://127.0.0.1:{proxy.port}", lambda: inject(proxy, kind, timers))
             sender.close(linger=30)  # Undelivered if the hub did not confirm everything
             consumer.join(timeout=60)
             assert proxy.connections == (1 if kind == "stall" else 2)  # the fault was real: a reconnect

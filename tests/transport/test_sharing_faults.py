@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from faults.tcp_proxy import TcpProxy
+from faults.tcp_proxy import TcpProxy, inject
 from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.py
 
 from tensorcom import Connection
@@ -27,16 +27,6 @@ FAULT_AT = 100  # the proxied consumer makes the fault after this many batches
 def padded_batch(i: int, pad: int = 0) -> dict:
     """Batch i: sample ids 4i .. 4i+3, and `pad` bytes more (large batches take the shm handoff)."""
     return {"id": np.arange(4 * i, 4 * i + 4, dtype=np.int32), "pad": np.zeros(pad, np.uint8)}
-
-
-def fault(proxy: TcpProxy, kind: str, timers: list) -> None:
-    """Make fault `kind` now: "reset", "rst", or "stall" (3 s, then the proxy resumes)."""
-    if kind == "stall":
-        proxy.stall()
-        timers.append(threading.Timer(3.0, proxy.resume))
-        timers[-1].start()
-    else:
-        proxy.reset(rst=kind == "rst")
 
 
 def take_pass(conn: Connection, out: list, at: int | None = None, then=None) -> None:
@@ -82,7 +72,7 @@ def test_a_fault_shorter_than_liveness_loses_and_duplicates_nothing(free_port, t
         got_direct: list = []
         other, other_errors = in_thread(take_pass, direct, got_direct)
         got: list = []
-        take_pass(proxied, got, FAULT_AT, lambda: fault(proxy, kind, timers))
+        take_pass(proxied, got, FAULT_AT, lambda: inject(proxy, kind, timers))
         other.join(timeout=60)
         producer.join(timeout=60)
         assert proxy.connections == (1 if kind == "stall" else 2)  # the fault was real: a reconnect
