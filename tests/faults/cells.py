@@ -324,7 +324,7 @@ FAULTS = {f.name: f for f in [
     Fault("half-open", half_open, SHORT_LIVENESS),
     Fault("stop-server", stop_server, SHORT_LIVENESS, errors=3),
     Fault("stop-consumer", stop_consumer, SHORT_LIVENESS, errors=3),
-    Fault("kill-server", kill_server, SHORT_LIVENESS, errors=3),
+    Fault("kill-server", kill_server, SHORT_LIVENESS, errors=6),  # PeerLost each window until the new server is up
     Fault("kill-consumer", kill_consumer, SHORT_LIVENESS, errors=2),
     Fault("partition-30s", partition_long, LIVENESS, errors=5, length=30.0, slow=True),
     Fault("stop-server-30s", stop_server, LIVENESS, errors=3, length=30.0, slow=True),
