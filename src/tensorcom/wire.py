@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 
 from . import settings, tenbin
-from ._options import renamed_option
+from .checks import renamed_option
 from ._metadata import EXT_ARRAY, EXT_TUPLE, KINDS, MAX_DEPTH, VERSION, read_metadata
 from .errors import DecodeError, EncodeError, MessageTooLarge
 

@@ -214,9 +214,9 @@ def test_a_pipeline_continues_another_and_its_state_checks_the_seed():
 def test_shard_dataset_rejects_bad_counts_naming_the_value():
     from tensorcom.pipeline import ShardDataset
 
-    with pytest.raises(ValueError, match="epochs must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="epochs must be an int >= 1, got 0"):
         ShardDataset("d-{00..01}.tar", epochs=0)
-    with pytest.raises(ValueError, match="shuffle_buffer must be a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match="shuffle_buffer must be an int >= 0, got -1"):
         ShardDataset("d-{00..01}.tar", shuffle_buffer=-1)
     with pytest.raises(ValueError, match="select needs one or more field names, got"):
         Pipeline(range(3)).select()

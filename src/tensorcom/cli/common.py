@@ -6,11 +6,12 @@ argparse types, `--shuffle/--no-shuffle`, and the URL… / --timeout arguments o
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import sys
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
+from tensorcom import checks
+from tensorcom.checks import did_you_mean
 from tensorcom.errors import TensorcomError
 
 if TYPE_CHECKING:
@@ -28,12 +29,6 @@ def fail(message: str, status: int = EXIT_USAGE, prog: str | None = None) -> Non
         prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "tensorcom"
     print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
     raise SystemExit(status)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """` (did you mean 'X'?)` for the choice closest to `word` (difflib), or "" when none is close."""
-    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def entry_point(main: Callable[..., int | None]) -> Callable[..., int | None]:
@@ -171,12 +166,18 @@ class Removed(argparse.Action):
         fail(self.message or f"{option_string} is no longer accepted")
 
 
+def _argument(check: Callable[[str, Any], Any], convert: Callable[[str], Any], text: str) -> Any:
+    """argparse's view of a tensorcom.checks rule: `check` on `convert(text)`, its ValueError as an
+    ArgumentTypeError."""
+    try:
+        return check("the value", convert(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} ({text!r})") from None
+
+
 def positive_int(text: str) -> int:
     """argparse type: an int >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return value
+    return _argument(checks.positive, int, text)
 
 
 def fraction(text: str) -> float:
@@ -197,10 +198,7 @@ def seconds(text: str) -> float:
 
 def nonnegative_int(text: str) -> int:
     """argparse type: an int >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+    return _argument(checks.non_negative, int, text)
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from tensorcom.cli.common import did_you_mean, fail
+from tensorcom.checks import did_you_mean
+from tensorcom.cli.common import fail
 
 # subcommand -> (module, function, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from tensorcom.checks import positive
 from tensorcom.images import codec as imagecodec
 from tensorcom.images.resample import check_backend, resize_box
 
@@ -23,9 +24,7 @@ Box = tuple[float, float, float, float]  # (left, top, right, bottom) in full-si
 
 def _check_size(size: int, name: str = "size") -> int:
     """An output side length: a positive int, else ValueError."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"{name} must be a positive integer, got {size!r}")
-    return int(size)
+    return positive(name, int(size) if isinstance(size, np.integer) else size)
 
 
 def _region(image, box: Box, needed: float) -> tuple[np.ndarray, Box]:

@@ -50,7 +50,9 @@ from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
 from tensorcom.pipeline.sources import IterableSource, Source
 from tensorcom.pipeline.workers import WorkerPool, check_picklable
-from tensorcom._options import check_options
+from tensorcom.checks import check_options
+from tensorcom.checks import non_negative as _non_negative
+from tensorcom.checks import positive as _positive
 from tensorcom.shards.fields import Decoder
 from tensorcom.shards.handlers import Handler, SkipCounts
 from tensorcom.shards.shardlist import worker_and_count
@@ -63,18 +65,6 @@ class Step:
 
     kind: str
     args: dict = field(default_factory=dict)
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _non_negative(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
 
 
 def _callable(name: str, value: Any) -> Callable:

@@ -19,7 +19,7 @@ from tensorcom.pipeline._fieldstages import SampleDecoder, kept
 from tensorcom.pipeline._pipeline import Pipeline, _non_negative, _positive
 from tensorcom.pipeline.sources import ShardSource
 from tensorcom.shards import OPEN_OPTIONS, SkipCounts
-from tensorcom._options import near_misses, renamed_option
+from tensorcom.checks import near_misses, renamed_option
 from tensorcom.shards.handlers import Handler
 from tensorcom.shards.shardlist import epoch_shards, split_shards
 

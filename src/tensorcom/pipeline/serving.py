@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from tensorcom.checks import positive
 from tensorcom.pipeline._loop import one_task, worker_loop
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._supervisor import Supervisor
@@ -250,10 +251,10 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
     TransportError when a sharing server could not deliver everything.
     """
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-        raise ValueError(f"epochs must be a positive integer or None, got {epochs!r}")
+    if workers is not None:
+        positive("workers", workers)
+    if epochs is not None:
+        positive("epochs", epochs)
     check_spec(pipeline)
     hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing, curve=curve)
     if hub is None and curve is not None:

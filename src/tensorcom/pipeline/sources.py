@@ -26,7 +26,7 @@ from tensorcom.pipeline._node import Indexed, Node, Replayed
 from tensorcom.pipeline._pooled import MapPlan, WorkerMapped
 from tensorcom.pipeline.stages import striding
 from tensorcom.shards import OPEN_OPTIONS, ShardReader, SkipCounts
-from tensorcom._options import near_misses, renamed_option
+from tensorcom.checks import near_misses, renamed_option
 from tensorcom.shards.shardlist import epoch_order, epoch_shards, expand_urls, node_and_world, split_shards
 
 

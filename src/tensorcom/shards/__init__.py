@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tensorcom._options import near_misses, renamed_option
+from tensorcom.checks import near_misses, renamed_option
 from tensorcom.shards._pick import find_field, pick_field
 from tensorcom.shards._reading import OPEN_OPTIONS, ShardReader
 from tensorcom.shards.fields import decode_image, decode_sample, encode_sample

@@ -18,13 +18,13 @@ Modes of `decode_image` (IMAGE_MODES): "rgb8" HWC uint8, "rgb" / "numpy" HWC flo
 
 from __future__ import annotations
 
-import difflib
 import io
 import math
 from typing import Any
 
 import numpy as np
 
+from tensorcom.checks import did_you_mean
 from tensorcom.errors import SampleError
 from tensorcom.extras import require
 
@@ -158,9 +158,8 @@ def image_mode(mode: str) -> tuple[str, str]:
     try:
         return IMAGE_MODES[mode]
     except (KeyError, TypeError):
-        close = difflib.get_close_matches(str(mode), IMAGE_MODES, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown image mode {mode!r}; {hint}use one of {sorted(IMAGE_MODES)}") from None
+        raise ValueError(f"unknown image mode {mode!r}{did_you_mean(mode, IMAGE_MODES)}; use one of "
+                         f"{sorted(IMAGE_MODES)}") from None
 
 
 def decode_image(data: bytes, mode: str = "rgb8") -> Any:

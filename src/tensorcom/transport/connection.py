@@ -47,7 +47,7 @@ import warnings
 from typing import Any, Iterable, Iterator
 
 from tensorcom import urls, wire
-from tensorcom._options import renamed_option
+from tensorcom.checks import renamed_option
 from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport.batches import prepare_batch

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tensorcom.transport.batches import _rows_of, batch_size
-from tensorcom.transport.sharing import check_positive
+from tensorcom.checks import positive
 
 
 def _keys(batch: Any) -> list:
@@ -55,7 +55,7 @@ class Rebatcher:
     """Re-cut a stream of batches into batches of `size` samples (module docstring)."""
 
     def __init__(self, size: int):
-        self.size = check_positive("batch_size", size)
+        self.size = positive("batch_size", size)
         self.queue: deque = deque()  # [batch, rows, offset, token]
         self.available = 0
         self.keys: list | None = None  # the fields of the first batch (every batch has these)

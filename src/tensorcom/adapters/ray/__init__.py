@@ -44,6 +44,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from tensorcom.checks import positive as _positive
 from tensorcom.adapters.ray._actors import (
     NAMESPACE,
     ActorJob,
@@ -205,7 +206,3 @@ def check_urls(url: Any, workers: int) -> bool:
     return False
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value

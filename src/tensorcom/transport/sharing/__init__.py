@@ -26,12 +26,11 @@ from tensorcom.transport.sharing.books import (
     ShareBook,
     SplitBook,
     Welcome,
-    check_positive,
     make_book,
 )
 
 _LAZY = {"Hub": "hub", "Joiner": "joiner", "ShareServer": "server", "check_delivered": "server"}
-__all__ = sorted(["MAX_DEPARTED", "Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "check_positive",
+__all__ = sorted(["MAX_DEPARTED", "Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome",
                   "make_book", *_LAZY])
 
 

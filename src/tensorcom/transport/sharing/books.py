@@ -54,20 +54,14 @@ import time
 from collections import deque
 from typing import Any
 
+from tensorcom.checks import positive
 from tensorcom.transport.sharing._records import Consumer, Item, Send, Welcome
 
-__all__ = ["Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "check_positive", "make_book"]
+__all__ = ["Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "make_book"]
 
 POLICIES = ("pace", "detach")
 MAX_DEPARTED = 64  # consumers whose window expired that the book still knows, should they come back
 DETACH_AFTER = 1.0  # seconds a full replay buffer may hold the stream before its holders are detached
-
-
-def check_positive(name: str, value: Any) -> int:
-    """`value` when it is an int >= 1 (a count: credit, replay, batch_size...), else ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
 
 
 class _Book:
@@ -77,8 +71,8 @@ class _Book:
     mode = ""
 
     def __init__(self, *, min_consumers: int = 1, replay: int = 16):
-        self.min_consumers = check_positive("min_consumers", min_consumers)
-        self.replay = check_positive("replay", replay)
+        self.min_consumers = positive("min_consumers", min_consumers)
+        self.replay = positive("replay", replay)
         self.consumers: dict[Any, Consumer] = {}
         self.started = False  # min_consumers reached once: the stream flows from then on
         self.epoch = 0  # the epoch of the next batch taken from the stream
@@ -97,7 +91,7 @@ class _Book:
     def _new_consumer(self, peer: Any, name: str, credit: int) -> Consumer:
         if peer in self.consumers:
             raise ValueError(f"consumer {peer!r} joined twice")
-        consumer = Consumer(peer, name, check_positive("credit", credit))
+        consumer = Consumer(peer, name, positive("credit", credit))
         self.consumers[peer] = consumer
         self.departed.pop(peer, None)
         self._gate_open()

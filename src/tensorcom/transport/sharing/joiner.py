@@ -46,7 +46,7 @@ from tensorcom.transport._sockets import joining_dealer, open_monitor, translate
 from tensorcom.transport.rebatch import Rebatcher
 from tensorcom.transport.sharing import control
 from tensorcom.transport.sharing._session import CONTINUED, ServerSession, check_liveness
-from tensorcom.transport.sharing.books import check_positive
+from tensorcom.checks import positive
 from tensorcom.transport.sharing.handoff import Reader, wants_handoff
 
 PASS_END = object()
@@ -92,7 +92,7 @@ class Joiner:
                  batch_size: int | None = None, liveness: float | None = 10.0, timeout: float | None = None,
                  max_message_size: int | None = None, observe: bool = False, secure: Any = None,
                  shm: bool | None = None):
-        self.name, self.credit, self.observe = name, check_positive("credit", credit), observe
+        self.name, self.credit, self.observe = name, positive("credit", credit), observe
         check_liveness(liveness)
         self.session_id = secrets.token_hex(8)  # this consumer's routing id at every server
         self.liveness, self.timeout, self.max_message_size = liveness, timeout, max_message_size
