@@ -95,14 +95,11 @@ def sharing_router(context: zmq.Context, liveness: float | None) -> zmq.Socket:
     (handover), no high-water marks (the consumers' credit bounds what is queued), ZMTP heartbeats
     for `liveness` (`set_heartbeats`)."""
     sock = context.socket(zmq.ROUTER)
-    try:
+    with closed_on_error(sock):
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         sock.sndhwm = sock.rcvhwm = 0
         set_heartbeats(sock, liveness)
-    except BaseException:
-        sock.close(linger=0)
-        raise
     return sock
 
 
@@ -113,16 +110,13 @@ def joining_dealer(context: zmq.Context, session_id: str, liveness: float | None
     ZMTP heartbeats for `liveness`, and with liveness a connect attempt given up and retried after
     `reconnect_ms` (back soon after a healed partition)."""
     sock = context.socket(zmq.DEALER)
-    try:
+    with closed_on_error(sock):
         sock.linger = 0
         sock.sndhwm = sock.rcvhwm = 0
         sock.setsockopt(zmq.ROUTING_ID, session_id.encode())
         set_heartbeats(sock, liveness)
         if liveness is not None:
             sock.setsockopt(zmq.CONNECT_TIMEOUT, reconnect_ms)
-    except BaseException:
-        sock.close(linger=0)
-        raise
     return sock
 
 
@@ -180,6 +174,17 @@ def translate(exc: zmq.ZMQError, url: str, timeout: float | None = None, action:
     error.__cause__ = None if timed_out else exc
     error.__suppress_context__ = True
     return error
+
+
+@contextlib.contextmanager
+def closed_on_error(sock: zmq.Socket) -> Iterator[zmq.Socket]:
+    """Run the block; if it raises (anything, KeyboardInterrupt included), close `sock` at once (linger 0)
+    and re-raise: a socket being set up never outlives a failed setup."""
+    try:
+        yield sock
+    except BaseException:
+        sock.close(linger=0)
+        raise
 
 
 @contextlib.contextmanager

@@ -62,12 +62,9 @@ class PlainReceiver(Attached):
                   timeout=socket_options.timeout, max_message_size=encoding.max_message_size,
                   hint=encoding.timeout_hint)
         if not end.raw:
-            try:
+            with sockets.closed_on_error(sock):
                 end.inbound = Inbound(sock, endpoint.url, socket_options.liveness, end.book, context=context,
                                       name=name, secure=security.for_role(False))
-            except BaseException:
-                sock.close(linger=0)
-                raise
         return end
 
     def attach(self, endpoint: urls.Endpoint) -> str:

@@ -54,13 +54,10 @@ class PlainSender(Attached):
         sock = make_plain_socket(context, endpoint, socket_options, security, encoding.max_message_size)
         end = cls(sock, encoding=encoding, timeout=socket_options.timeout, stats=stats, name=name)
         if endpoint.transport != "inproc" and encoding.protocol == 2:
-            try:
+            with sockets.closed_on_error(sock):
                 end.outbound = Outbound(sock, end.send_now, name=name, keeps=endpoint.socket_type != "PUB",
                                         liveness=socket_options.liveness, context=context, next_seq=lambda: end.seq,
                                         secure=security.for_role(True))
-            except BaseException:
-                sock.close(linger=0)
-                raise
         return end
 
     def attach(self, endpoint: urls.Endpoint) -> str:
@@ -186,10 +183,7 @@ def make_plain_socket(context: zmq.Context, endpoint: urls.Endpoint, options: So
     server when it sends) and given the liveness options, not attached."""
     sock = sockets.make_socket(context, endpoint.socket_type, sndhwm=options.sndhwm, rcvhwm=options.rcvhwm,
                                timeout=options.timeout, max_message_size=max_message_size)
-    try:
+    with sockets.closed_on_error(sock):
         security.secure(sock, endpoint.sends)
         sockets.stream_options(sock, sends=endpoint.sends, liveness=options.liveness)
-    except BaseException:
-        sock.close(linger=0)
-        raise
     return sock
