@@ -229,9 +229,7 @@ class Connection:
         closes at once."""
         if self._closed:
             return
-        self._closed = True
-        end = self._end
-        _OPEN_ENDS.pop(id(end), None)
+        end = self._mark_closed()
         if end is None or end.socket is None and not isinstance(end, SHARING_ENDS):
             return
         if isinstance(end, SHARING_ENDS):
@@ -251,6 +249,12 @@ class Connection:
             self._release(stuck)
         if delivery is not None:
             delivery.check(self.url)
+
+    def _mark_closed(self) -> Any:
+        """Mark this Connection closed and drop its end from the ends of open Connections; the end."""
+        self._closed = True
+        _OPEN_ENDS.pop(id(self._end), None)
+        return self._end
 
     def _keeps_sessions(self) -> bool:
         """True for a plain sender with sessions (its close waits for confirmations)."""
@@ -279,9 +283,7 @@ class Connection:
         if (self.__dict__.get("_closed", True) or self.__dict__.get("_pid") != os.getpid()
                 or sys.is_finalizing()):
             return
-        self._closed = True
-        end = self._end
-        _OPEN_ENDS.pop(id(end), None)
+        end = self._mark_closed()
         try:
             if isinstance(end, SHARING_ENDS):
                 if isinstance(end, SharingServerEnd) and end.in_server_thread():  # no thread waits for itself
