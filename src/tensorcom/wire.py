@@ -13,6 +13,7 @@ rules for reading the metadata frame (types of its fields, ext forms, the plain-
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
@@ -26,7 +27,7 @@ from .errors import DecodeError, EncodeError, MessageTooLarge
 
 __all__ = ["EXT_ARRAY", "EXT_TUPLE", "KINDS", "MAGIC", "MAX_DEPTH", "VERSION", "Message", "Portion", "Reply", "Share",
            "buffer_to_frames", "decode_message", "encode_batch", "encode_end_of_epoch", "encode_tick", "frames_to_buffer", "peek_session",
-           "with_reply"]
+           "strided", "with_reply"]
 
 MAGIC = b"\x89TCW\r\n\x1a\n"  # first byte non-ASCII: never a v1 dtype code, never `~TenBin~`
 _UINT64 = 1 << 64
@@ -40,6 +41,22 @@ class Portion(NamedTuple):
     stream: str
     worker: int
     workers: int
+
+    def take(self, items: Any) -> Any:
+        """This portion's items of `items`: strided(items, worker, workers)."""
+        return strided(items, self.worker, self.workers)
+
+
+def strided(items: Any, worker: int, workers: int) -> Any:
+    """Portion `worker` of `workers` of `items`: items worker, worker + workers, worker + 2 × workers, ...
+    The one strided split of the package (sources, shard lists, parallel and serving workers, Ray
+    actors): a sequence (list, range, array) gives a slice of the same type, any other iterable an
+    iterator. ValueError when `worker` is not one of `workers`."""
+    if not 0 <= worker < workers:
+        raise ValueError(f"worker {worker!r} is not one of {workers!r} workers")
+    if hasattr(items, "__getitem__") and hasattr(items, "__len__") and not isinstance(items, dict):
+        return items[worker::workers]
+    return itertools.islice(items, worker, None, workers)
 
 
 Share = Portion  # the old name of Portion, kept for code written against it

@@ -126,3 +126,29 @@ def test_shard_source_splits_whole_shards_between_workers(tmp_path):
     assert {k.split("-")[0] for k in parts[0]}.isdisjoint({k.split("-")[0] for k in parts[1]})
     texts = list(Pipeline(ShardSource(str(tmp_path / "part-{0..3}.tar"), shuffle=True), seed=1).to_tuple("txt"))
     assert sorted(t[0] for t in texts) == sorted(f"sample {k}".encode() for k in everything)
+
+
+def test_every_strided_split_picks_the_items_of_wire_strided():
+    """Issue 17: sources, shard lists, stream striding, Pipeline.shard and a Portion take the same items,
+    those of the one split (tensorcom.wire.strided), for sequences and one-shot iterators alike."""
+    from tensorcom import wire
+    from tensorcom.pipeline.sources import portion_length, portion_order
+    from tensorcom.pipeline.stages import striding
+    from tensorcom.shards.shardlist import split_shards
+
+    items = [f"s{i}" for i in range(11)]
+    for workers in (1, 3, 4):
+        for worker in range(workers):
+            expected = [items[i] for i in range(worker, len(items), workers)]
+            assert wire.strided(items, worker, workers) == expected
+            assert list(wire.strided(iter(items), worker, workers)) == expected
+            assert wire.Portion("s", worker, workers).take(items) == expected
+            assert [items[i] for i in portion_order(len(items), False, 0, 0, worker, workers)] == expected
+            assert portion_length(len(items), worker, workers) == len(expected)
+            assert split_shards(items, worker, workers) == expected
+            assert list(striding(iter(items), worker, workers)) == expected
+            assert list(IterableSource(iter(items)).iterate(seed=0, epoch=0, worker=worker,
+                                                            num_workers=workers)) == expected
+            assert list(Pipeline(items).shard(worker, workers)) == expected
+    with pytest.raises(ValueError, match="worker 3 is not one of 3"):
+        wire.strided(items, 3, 3)

@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tensorcom.pipeline._node import Indexed, Node, Replayed
 from tensorcom.pipeline._pooled import MapPlan, WorkerMapped
-from tensorcom.pipeline.stages import striding
 from tensorcom.shards import OPEN_OPTIONS, ShardReader, SkipCounts
 from tensorcom.checks import near_misses, renamed_option
 from tensorcom.shards.shardlist import epoch_order, epoch_shards, expand_urls, node_and_world, split_shards
+from tensorcom.wire import strided
 
 
 class Source:
@@ -50,12 +50,12 @@ class Source:
 
 def portion_length(total: int, worker: int, num_workers: int) -> int:
     """Size of stride `worker` of `num_workers` over `total` items."""
-    return len(range(worker, total, num_workers))
+    return len(strided(range(total), worker, num_workers))
 
 
 def portion_order(count: int, shuffle: bool, seed: int, epoch: int, worker: int, num_workers: int) -> Sequence[int]:
     """The indices of portion `worker` of `num_workers` of `count` items, in `epoch_order` for (seed, epoch)."""
-    return epoch_order(count, shuffle, seed, epoch)[worker::num_workers]
+    return strided(epoch_order(count, shuffle, seed, epoch), worker, num_workers)
 
 
 def epoch_portion(items: Sequence[Any], shuffle: bool, seed: int, epoch: int, worker: int,
@@ -89,7 +89,7 @@ class IterableSource(Source):
     def open(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Node:
         if _is_sequence(self.items):
             return epoch_portion(self.items, self.shuffle, seed, epoch, worker, num_workers)
-        return Replayed(lambda: striding(self.items, worker, num_workers))
+        return Replayed(lambda: strided(self.items, worker, num_workers))
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
         try:

@@ -21,6 +21,7 @@ import braceexpand
 import numpy as np
 
 from tensorcom import settings
+from tensorcom.wire import strided
 
 _COUNT = re.compile(r"^(.*)@(\d+)([^/@]*)$")
 
@@ -105,7 +106,7 @@ def split_shards(urls: Sequence[str], rank: int, world_size: int, worker: int = 
     """The shards of node `rank` and, within it, of `worker`: every shard goes to exactly one pair.
     ValueError naming rank, world size, worker and shard count when that portion is empty."""
     index, count = split_index(rank, world_size, worker, num_workers)
-    chosen = list(urls)[index::count]
+    chosen = strided(list(urls), index, count)
     if not chosen:
         who = f"rank {rank} of world size {world_size}" + (
             f", worker {worker} of {num_workers}" if num_workers > 1 else "")
