@@ -191,7 +191,7 @@ def test_an_actor_whose_pipeline_raises_ends_the_serve_with_worker_error(cluster
     ("ipc:///tmp/feed", "zjoin+ipc:///tmp/feed"),
 ])
 def test_join_url_names_the_drivers_node_for_a_wildcard_bind(address, url):
-    from tensorcom.adapters.ray import join_url
+    from tensorcom.adapters.ray._driver import join_url
 
     assert join_url(address, "10.0.0.5") == url
 
@@ -251,3 +251,11 @@ def test_missing_ray_names_the_extra(monkeypatch):
     with pytest.raises(MissingDependency, match=r"tensorcom\[ray\]") as info:
         tray.serve(FACTORY, "zsplit://127.0.0.1:7880")
     assert info.value.extra == "ray"
+
+
+def test_tensorcom_ray_exports_only_its_api():
+    """Issue 17: tensorcom.ray.__all__ is what docs/ray.md documents, not the driver's internals."""
+    import tensorcom
+
+    assert tensorcom.ray.__all__ == ["Serving", "endpoints", "serve", "serve_dataset", "start"]
+    assert all(callable(getattr(tensorcom.ray, name)) for name in tensorcom.ray.__all__)

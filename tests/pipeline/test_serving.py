@@ -382,3 +382,21 @@ def test_first_report_comes_after_a_batch_with_a_non_zero_rate(free_port):
         thread.join(timeout=30)
     assert reports and reports[0]["batches"] >= 1
     assert reports[0]["batches_per_s"] > 0 and reports[0]["samples_per_s"] > 0
+
+
+def test_one_job_for_serving_processes_and_ray_actors(free_port):
+    """Issue 17: tensorcom.serve's workers and tensorcom.ray's actors are given one ServeJob; worker
+    i's Connection carries its portion and marker group, and its skips are those of its portion."""
+    from tensorcom.adapters.ray import _actors
+    from tensorcom.pipeline.serving import ServeJob
+    from tensorcom.transport.resume import ResumePlan
+
+    assert not hasattr(_actors, "ActorJob")
+    url = f"zpush://127.0.0.1:{free_port()}"
+    job = ServeJob([[url], [url]], ResumePlan("s", 2, 3, {(3, 1): 5, (4, 0): 2}), {"linger": 0.0})
+    assert (job.stream, job.workers, job.skips(1), job.skips(0)) == ("s", 2, {3: 5}, {4: 2})
+    conn = job.connect(1)
+    try:
+        assert (conn.group, conn.group_size, tuple(conn.portion)) == ("s", 2, ("s", 1, 2))
+    finally:
+        conn.close(linger=0.0)

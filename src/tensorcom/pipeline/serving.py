@@ -25,8 +25,8 @@ are its counts: messages to the parent (one multiprocessing queue) are ("item", 
 after its first batch, then at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i,
 reports) once its connection is closed, or ("error", i, Failure). The parent (a `Supervisor`,
 tensorcom.pipeline._supervisor) prints a rate line to stderr every `report` seconds from the first
-batch (or calls `on_report(stats)`), with rates over a sliding window of the last `report` seconds
-(tensorcom.progress.RateWindow), raises WorkerError when a worker fails (with its traceback and
+batch (or calls `on_report(stats)`), with rates over the sliding window of tensorcom.rates (the last
+10 s), raises WorkerError when a worker fails (with its traceback and
 sample key) and WorkerDied when one dies silently; either way, and on Ctrl-C, it stops every worker
 before returning. Workers watch the parent and exit when it disappears
 (tensorcom.pipeline._watch).
@@ -51,7 +51,7 @@ from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.function_spec import load_function
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.workers import check_picklable
-from tensorcom.transport.batches import batch_size
+from tensorcom.batch import batch_size
 from tensorcom.transport.resume import ResumePlan
 
 PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
@@ -177,17 +177,44 @@ def fast_forward(batches: Iterator[Any], count: int, epoch: int) -> Iterator[Any
 
 @dataclass(frozen=True)
 class ServeJob:
-    """What every serving worker is given: the pipeline `spec`, `urls[i]` for worker i, the markers'
-    `group` / `group_size`, Connection `options` (with "linger"), how many `epochs` (None: forever)
-    and the `plan`: stream id, worker count, first epoch, and the batches to skip when resuming."""
+    """What every serving worker is given, a process of tensorcom.serve or a Ray actor of
+    tensorcom.ray: `urls[i]` for worker i, the stream's `plan` (stream id, worker count N, first
+    epoch, the batches to skip when resuming), Connection `options` (with "linger"), whether the N
+    workers form one marker group (`grouped`; False: each binds a URL of its own and is a group of
+    its own), the pipeline `spec` and how many `epochs` (None: forever) when the worker runs them
+    itself (serve_portion), the driver's working directory `cwd` (searched first for
+    "module:function") and `settle`: each run ends once the receiver confirmed everything it sent
+    (Ray's ServerActor, sending to the driver's hub)."""
 
-    spec: Any
     urls: list[list[str]]
-    group: str | None
-    group_size: int
-    options: dict
-    epochs: int | None
     plan: ResumePlan
+    options: dict
+    grouped: bool = True
+    spec: Any = None
+    epochs: int | None = None
+    cwd: str = ""
+    settle: bool = False
+
+    @property
+    def stream(self) -> str:
+        return self.plan.stream
+
+    @property
+    def workers(self) -> int:
+        return self.plan.workers
+
+    def connect(self, index: int) -> Any:
+        """Worker `index`'s Connection: its URLs, its marker group, its portion (stream, index, N)."""
+        from tensorcom.transport.connection import Connection
+
+        options = {key: value for key, value in self.options.items() if key != "linger"}
+        return Connection(self.urls[index], group=self.stream if self.grouped else None,
+                          group_size=self.workers if self.grouped else 1,
+                          portion=(self.stream, index, self.workers), **options)
+
+    def skips(self, index: int) -> dict[int, int]:
+        """{epoch: batches of worker `index`'s portion the resumed consumer already has}."""
+        return {epoch: n for (epoch, worker), n in self.plan.skips.items() if worker == index}
 
 
 def serve_worker(job: ServeJob, index: int, messages: Any, stop: Any, barrier: Any, parent_pid: int) -> None:
@@ -207,17 +234,11 @@ def serve_portion(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterato
     (yielding send_epochs's counts), close the connection: its consumers read everything first (for
     at most options["linger"] seconds when not None), or Connection.close raises Undelivered, which
     fails the worker. After a failure or a stop, what is queued is discarded."""
-    from tensorcom.transport.connection import Connection
-
-    plan = job.plan
-    pipeline = resolve(job.spec).shard(index, plan.workers)
-    options = dict(job.options)
-    linger = options.pop("linger", DEFAULT_LINGER)
-    conn = Connection(job.urls[index], group=job.group, group_size=job.group_size,
-                      portion=(plan.stream, index, plan.workers), **options)
-    skips = {epoch: n for (epoch, worker), n in plan.skips.items() if worker == index}
+    pipeline = resolve(job.spec).shard(index, job.workers)
+    linger = job.options.get("linger", DEFAULT_LINGER)
+    conn = job.connect(index)
     try:
-        yield from send_epochs(pipeline, conn, job.epochs, plan.epoch, stop, barrier, skips)
+        yield from send_epochs(pipeline, conn, job.epochs, job.plan.epoch, stop, barrier, job.skips(index))
     except BaseException:
         linger = 0.0
         raise
@@ -276,8 +297,8 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
     assigned, binds = assign_urls(urls, workers)
     plan = resume_plan(resume, len(assigned), first_epoch, epochs)
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
-    job = ServeJob(pipeline, assigned, None if binds else plan.stream, 1 if binds else plan.workers, options,
-                   None if epochs is None else first_epoch + epochs - plan.epoch, plan)
+    job = ServeJob(assigned, plan, options, grouped=not binds, spec=pipeline,
+                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch)
     supervisor = Supervisor(report, on_report, hub)
     try:
         supervisor.launch(serve_worker, lambda i: (job, i, supervisor.messages, supervisor.stop, supervisor.barrier,

@@ -45,31 +45,18 @@ import sys
 from typing import Any, Callable
 
 from tensorcom.checks import positive as _positive
-from tensorcom.adapters.ray._actors import (
-    NAMESPACE,
-    ActorJob,
-    DatasetFeed,
-    Directory,
-    PipelineFeed,
-    ServerActor,
-    Stored,
-    node_address,
-    require_ray,
-)
-from tensorcom.adapters.ray._driver import POLL, RESTART_WAIT, Member, Plan, Serving, join_url
+from tensorcom.adapters.ray._actors import NAMESPACE, DatasetFeed, PipelineFeed, node_address, require_ray
+from tensorcom.adapters.ray._driver import Plan, Serving
 from tensorcom.pipeline.serving import (
     DEFAULT_LINGER,
+    ServeJob,
     assign_urls,
     check_spec,
     resume_plan,  # serve()'s one rule for `resume`
 )
 from tensorcom.pipeline.shared_serving import is_sharing
 
-__all__ = [
-    "NAMESPACE", "POLL", "RESTART_WAIT", "ActorJob", "DatasetFeed", "Directory", "Member", "PipelineFeed", "Plan",
-    "ServerActor", "Serving", "Stored", "actor_options", "check_urls", "endpoints", "join_url", "node_address",
-    "require_ray", "serve", "serve_dataset", "start", "start_feeds",
-]
+__all__ = ["Serving", "endpoints", "serve", "serve_dataset", "start"]
 
 
 def start(pipeline: Any, url: Any, *, workers: int = 2, **options: Any) -> Serving:
@@ -154,8 +141,8 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
             raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
                    **(connection_options or {}), "linger": linger}
-        job = ActorJob([hub.worker_url] if hub else list(url) if isinstance(url, list) else [url], resumed.stream,
-                       len(feeds), options, os.getcwd(), settle=hub is not None)
+        urls = [hub.worker_url] if hub else list(url) if isinstance(url, list) else [url]
+        job = ServeJob([urls] * len(feeds), resumed, options, cwd=os.getcwd(), settle=hub is not None)
         restarts = max_restarts if hub is not None else 0
         plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
                     [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorcom import extras
-from tensorcom.pipeline.serving import resolve, send_epochs
+from tensorcom.pipeline.serving import ServeJob, resolve, send_epochs
 
 NAMESPACE = "tensorcom"  # the Ray namespace where named serves are registered (Directory actors)
 
@@ -70,21 +70,6 @@ class DatasetFeed:
             yield {name: column.tolist() if column.dtype.kind in "OUSV" else column for name, column in batch.items()}
 
 
-@dataclass(frozen=True)
-class ActorJob:
-    """What every actor is given: `urls` to connect to, the `stream` id and `workers` N (its portion tag
-    and marker group), Connection `options` (with "linger"), the driver's working directory
-    (searched first for "module:function", as on the driver), and `settle`: each run ends once the
-    receiver (the driver's hub) confirmed everything it sent (module docstring of ServerActor)."""
-
-    urls: list[str]
-    stream: str
-    workers: int
-    options: dict
-    cwd: str
-    settle: bool = False
-
-
 class _Never:
     """send_epochs's stop event and barrier in an actor: the driver orders the epochs and stops
     actors by killing them."""
@@ -121,7 +106,7 @@ class ServerActor:
     ended this one), and opens the next run's Connection: a new sender, which takes the portion over
     from the last one (the hub retires it)."""
 
-    def __init__(self, feed: Stored, index: int, job: ActorJob):
+    def __init__(self, feed: Stored, index: int, job: ServeJob):
         self.feed, self.index, self.job = feed, index, job
         self.incarnation = f"{os.getpid()}:{secrets.token_hex(4)}"
         self.portion: Any = None
@@ -134,15 +119,8 @@ class ServerActor:
                 sys.path.insert(0, self.job.cwd)
             self.portion = self.feed.get().open(self.index, self.job.workers)
         if self.conn is None:
-            self.conn = self._connect()
+            self.conn = self.job.connect(self.index)
         return self.incarnation, self.conn.sender, os.getpid(), node_address(require_ray()), self.served
-
-    def _connect(self) -> Any:
-        from tensorcom.transport.connection import Connection
-
-        options = {key: value for key, value in self.job.options.items() if key != "linger"}
-        return Connection(self.job.urls, group=self.job.stream, group_size=self.job.workers,
-                          portion=(self.job.stream, self.index, self.job.workers), **options)
 
     def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int, str]:
         self.hello()
@@ -153,7 +131,7 @@ class ServerActor:
         if self.job.settle:
             conn, self.conn = self.conn, None
             conn.close(linger=None)  # until the hub confirmed everything (Undelivered if it went away)
-            self.conn = self._connect()
+            self.conn = self.job.connect(self.index)
         return (*counts, self.conn.sender)
 
     def close(self) -> None:

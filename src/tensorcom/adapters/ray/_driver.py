@@ -25,10 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tensorcom.adapters.ray._actors import NAMESPACE, ActorJob, Directory, ServerActor, Stored, node_address
+from tensorcom.adapters.ray._actors import NAMESPACE, Directory, ServerActor, Stored, node_address
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.pipeline._rate_report import RateReport
+from tensorcom.pipeline.serving import ServeJob
 from tensorcom.pipeline.shared_serving import finish_hub
+from tensorcom.rates import RateReport
 
 RESTART_WAIT = 120.0  # seconds to wait for Ray to bring a dead actor back
 POLL = 0.25  # seconds between the driver's looks at its actors and the hub
@@ -56,7 +57,7 @@ class Plan:
     per-actor Ray `actor_options`, `report` seconds / `on_report`, and whether start() started Ray."""
 
     hub: Any
-    job: ActorJob
+    job: ServeJob
     resume: Any
     epochs: int | None
     actor_options: list[dict]
@@ -290,7 +291,7 @@ class Serving:
         return self.hub.server.input_batches, self.hub.server.input_samples
 
     def stats(self, overall: bool = False) -> dict:
-        """Totals and rates over the last `report` seconds (over the whole run when `overall`)."""
+        """Totals and rates over the window of tensorcom.rates (since the first batch when `overall`)."""
         return {**self.reports.stats(self.totals(), overall), "workers": len(self.members), "restarts": self.restarts}
 
     def _maybe_report(self, force: bool = False) -> None:
