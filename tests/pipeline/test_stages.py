@@ -58,19 +58,6 @@ def test_sample_rng_is_pure():
     assert stages.sample_rng(3, 1, 2, 4, 5).random() != stages.sample_rng(3, 1, 2, 4, 6).random()
 
 
-def test_collate_dicts_tuples_arrays_numbers_and_others():
-    samples = [{"__key__": f"k{i}", "img": np.full((2, 2), i, np.uint8), "cls": i, "w": 0.5, "txt": "t"} for i in range(3)]
-    batch = stages.default_collate(samples)
-    assert batch["img"].shape == (3, 2, 2) and batch["img"].dtype == np.uint8
-    assert batch["cls"].tolist() == [0, 1, 2] and batch["w"].dtype == np.float64
-    assert batch["__key__"] == ["k0", "k1", "k2"] and batch["txt"] == ["t"] * 3
-    tup = stages.default_collate([(np.zeros(3), 1), (np.ones(3), 2)])
-    assert isinstance(tup, tuple) and tup[0].shape == (2, 3) and tup[1].tolist() == [1, 2]
-    ragged = stages.default_collate([np.zeros(2), np.zeros(3)])
-    assert isinstance(ragged, list) and len(ragged) == 2
-    assert stages.default_collate([np.float32(1), np.float32(2)]).dtype == np.float32
-
-
 def test_batching_partial():
     assert [len(b) for b in stages.Batched(source(range(7)), 3)] == [3, 3, 1]
     assert [len(b) for b in stages.Batched(source(range(7)), 3, partial=False)] == [3, 3]

@@ -43,7 +43,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from tensorcom.pipeline import stages
+from tensorcom.batch import default_collate
 from tensorcom.pipeline._chain import build_chain, chain_length
 from tensorcom.pipeline._fieldstages import DictMapper, Renamer, SampleDecoder, TupleMapper, kept
 from tensorcom.pipeline._node import Node
@@ -181,17 +181,21 @@ class Pipeline:
         """Shuffle through a buffer of `bufsize` samples (reproducible per seed and epoch)."""
         return self._then("shuffle", bufsize=_positive("bufsize", bufsize))
 
-    def batch(self, size: int, *, partial: bool = True, collate: Callable[[list], Any] = stages.default_collate) -> Pipeline:
-        """Group `size` samples into a batch with `collate` (arrays stacked, numbers → arrays, other
-        values → lists; dict samples → dict batch, tuples → tuple). `partial=False` drops a short last batch."""
+    def batch(self, size: int, *, partial: bool = True, collate: Callable[[list], Any] = default_collate) -> Pipeline:
+        """Group `size` samples into a batch with `collate` (tensorcom.batch.default_collate: arrays
+        stacked, numbers → arrays, other values → lists; dict samples → dict batch, tuples → tuple of
+        fields). `partial=False` drops a short last batch."""
         return self._then("batch", size=_positive("batch size", size), partial=partial, collate=_callable("collate", collate))
 
     def unbatch(self) -> Pipeline:
-        """Split batches back into samples."""
+        """Split batches back into samples (tensorcom.batch.rows): a dict batch into dicts, a list or
+        tuple batch (a container of fields, as a Connection yields them) into tuples, an array into
+        its rows. ValueError naming a field that has no rows or another number of them."""
         return self._then("unbatch")
 
-    def rebatch(self, size: int, *, partial: bool = True, collate: Callable[[list], Any] = stages.default_collate) -> Pipeline:
-        """Regroup batches of any size into batches of `size`."""
+    def rebatch(self, size: int, *, partial: bool = True, collate: Callable[[list], Any] = default_collate) -> Pipeline:
+        """Regroup batches of any size into batches of `size`: unbatch(), then batch(size, partial=,
+        collate=); the rows are those of Connection(batch_size=) for the same batches."""
         return self._then("rebatch", size=_positive("batch size", size), partial=partial, collate=_callable("collate", collate))
 
     def repeat(self, epochs: int | None = None) -> Pipeline:

@@ -3,7 +3,7 @@
     Mapped(up, fn, rng_key=None)     fn(sample), or fn(sample, rng) with the rng of (rng_key, position)
     Filtered(up, predicate)          the samples for which predicate(sample) is true
     Batched(up, size, partial, collate)   collate(list of `size` samples)
-    Unbatched(up)                    the rows of each batch (the inverse of default_collate)
+    Unbatched(up)                    the rows of each batch (tensorcom.batch.rows, the inverse of collate)
     Repeated(build, epochs, first)   the chain build(first), build(first + 1), ... one after the other
     FieldSelector(fields), FieldTuple(fields)   the functions of select() / to_tuple() ("jpg;png")
 
@@ -18,14 +18,13 @@ Class names end in -ed on purpose: nothing here shadows the builtins `map`, `fil
 from __future__ import annotations
 
 import itertools
-import numbers
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from tensorcom.batch import default_collate, rows
 from tensorcom.pipeline._node import Node, State, upstream_state
 from tensorcom.shards import pick_field
-from tensorcom.transport.batches import batch_size  # the one row count; used by _rows
 
 Sample = Any
 Collate = Callable[[list], Any]
@@ -106,27 +105,6 @@ class Filtered(Node):
         self.up.load_state_dict(upstream_state(state))
 
 
-def default_collate(samples: list) -> Any:
-    """Collate a list of samples into a batch.
-
-    Dicts collate field by field to a dict, tuples/lists position by position to a tuple; arrays of one
-    shape stack into one array; numbers (Python or numpy scalars) become one array; anything else
-    (str, bytes, ragged arrays, None) becomes a list.
-    """
-    first = samples[0]
-    if isinstance(first, dict):
-        return {k: default_collate([s[k] for s in samples]) for k in first}
-    if isinstance(first, (tuple, list)):
-        return tuple(default_collate(list(column)) for column in zip(*samples))
-    if isinstance(first, np.ndarray):
-        if all(isinstance(s, np.ndarray) and s.shape == first.shape for s in samples):
-            return np.stack(samples)
-        return list(samples)
-    if isinstance(first, (numbers.Number, np.generic)) and not isinstance(first, (str, bytes)):
-        return np.asarray(samples)
-    return list(samples)
-
-
 class Batched(Node):
     """collate(list of `size` samples); a last, smaller batch only when `partial`. A batch is taken
     whole within one next(), so the position between batches is the upstream's."""
@@ -147,21 +125,10 @@ class Batched(Node):
         self.up.load_state_dict(upstream_state(state))
 
 
-def _rows(batch: Any) -> Iterator[Any]:
-    """The samples of one batch, the inverse of default_collate."""
-    if isinstance(batch, dict):
-        for i in range(batch_size(batch)):
-            yield {k: v[i] for k, v in batch.items()}
-    elif isinstance(batch, tuple):
-        for i in range(batch_size(batch)):
-            yield tuple(column[i] for column in batch)
-    else:
-        yield from batch
-
-
 class Unbatched(Node):
-    """The rows of each batch in turn (dict batches → dicts, tuples → tuples, arrays → rows, lists →
-    items). State: the upstream's position before the current batch, and the rows taken from it."""
+    """The rows of each batch in turn (tensorcom.batch.rows: dict batches → dicts, list and tuple
+    batches, which hold fields, → tuples, arrays → rows). State: the upstream's position before the
+    current batch, and the rows taken from it."""
 
     def __init__(self, up: Node):
         self.up = up
@@ -172,7 +139,7 @@ class Unbatched(Node):
     def __next__(self) -> Any:
         while self.row >= len(self.rows):
             self.before = self.up.state_dict()
-            self.rows, self.row = list(_rows(next(self.up))), 0
+            self.rows, self.row = list(rows(next(self.up))), 0
         self.row += 1
         return self.rows[self.row - 1]
 
@@ -186,7 +153,7 @@ class Unbatched(Node):
         self.rows, self.row = [], 0
         if state is not None and state["row"]:
             self.before = state["up"]
-            self.rows, self.row = list(_rows(next(self.up))), int(state["row"])
+            self.rows, self.row = list(rows(next(self.up))), int(state["row"])
 
 
 class Repeated(Node):

@@ -1,6 +1,7 @@
-"""Batch helpers of the transport layer: 0.1's transform rules, batch sizes, send-side preparation.
+"""Batch helpers of the transport layer: 0.1's transform rules, converters, send-side preparation.
 
-Pure functions on batches (lists, tuples or dicts of arrays and plain values); no sockets.
+Pure functions on batches (lists, tuples or dicts of arrays and plain values); no sockets. What a
+batch is and how many samples it holds is tensorcom.batch (batch_size there).
 """
 
 from __future__ import annotations
@@ -41,46 +42,6 @@ def transform_with(batch: Any, functions: Any) -> Any:
         raise ValueError(f"a dict of transforms needs dict batches, got a {type(batch).__name__}")
     n = len(functions)
     return [functions[i % n](x) if functions[i % n] else x for i, x in enumerate(batch)]
-
-
-def batch_size(batch: Any) -> int:
-    """Number of samples (rows) in a batch: the one implementation every caller uses.
-
-    A list, tuple or dict batch is a container of fields (as on the wire): its size is the leading
-    dimension of its first field that has rows, i.e. an array or tensor of rank >= 1 (`shape[0]`) or a
-    list/tuple (`len`); a dict's `__`-prefixed fields (`__key__`, ...) are consulted after the others.
-    A bare array or tensor batch counts its leading dimension. Edge cases:
-    plain values (a container whose fields are all str/bytes/numbers/0-d arrays, or a 0-d array) → 1,
-    one sample; an empty container → 0; mismatched fields (64 images, 32 labels) → the first field
-    with rows decides, the others are not checked (counting must not fail on a ragged batch).
-    TypeError for anything else (a plain value or an object that is not a batch).
-    """
-    if isinstance(batch, dict):
-        fields = sorted(batch.items(), key=lambda item: str(item[0]).startswith("__"))
-        values = [value for _, value in fields]
-    elif isinstance(batch, (list, tuple)):
-        values = batch
-    elif getattr(batch, "shape", None) is not None:
-        return int(batch.shape[0]) if len(batch.shape) else 1
-    else:
-        raise TypeError(f"cannot tell the number of samples in a batch of type {type(batch).__name__}: {batch!r:.80}")
-    if not values:
-        return 0
-    for value in values:
-        rows = _rows_of(value)
-        if rows is not None:
-            return rows
-    return 1
-
-
-def _rows_of(field: Any) -> int | None:
-    """A field's leading dimension, or None for a plain value (str, bytes, number, 0-d array)."""
-    shape = getattr(field, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else None
-    if isinstance(field, (list, tuple)):
-        return len(field)
-    return None
 
 
 def prepare_batch(batch: Any, allow64: bool) -> Any:

@@ -7,10 +7,12 @@ order. Pure (numpy only). A consumer of a sharing server that asks for its own `
                                      # received batches it used up completely
     out, done = rebatcher.flush()    # at the end of a pass: what is left (fewer samples), or None
 
-Fields with rows are numpy arrays (rank >= 1; cut and joined along axis 0) and lists/tuples (one item
-per sample). A batch whose fields differ in number of rows, or has a field without rows (a plain
-value, which cannot be divided among samples), raises ValueError naming the field; so does a batch
-whose fields (keys, or number of fields) are not those of the batch before it.
+A batch is what tensorcom.batch says (a dict, list or tuple of fields with rows, or a bare array);
+batches are cut and joined by tensorcom.batch.cut / join, so a consumer's rebatched stream has the
+rows that Pipeline.rebatch and Pipeline.unbatch give for the same batches. A batch that breaks the
+strict rule there (fields with different numbers of rows, a plain value that cannot be divided among
+samples) raises ValueError naming the field; so does a batch whose fields (keys, or number of fields)
+are not those of the batch before it.
 """
 
 from __future__ import annotations
@@ -18,37 +20,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-import numpy as np
-
-from tensorcom.transport.batches import _rows_of, batch_size
+from tensorcom.batch import checked_size, cut, fields, join
 from tensorcom.checks import positive
 
 
-def _keys(batch: Any) -> list:
-    """The batch's field keys: a dict's keys, a list's or tuple's indices."""
-    if isinstance(batch, dict):
-        return list(batch)
-    if isinstance(batch, (list, tuple)):
-        return list(range(len(batch)))
-    raise ValueError(f"cannot rebatch a batch of type {type(batch).__name__}")
-
-
-def _check(batch: Any, keys: list) -> int:
-    """The batch's number of samples; ValueError unless every field has exactly that many rows."""
-    rows = batch_size(batch)
-    for key in keys:
-        count = _rows_of(batch[key])
-        if count != rows:
-            raise ValueError(f"cannot rebatch field {key!r}: it has {'no rows' if count is None else count} "
-                             f"where the batch has {rows} samples")
-    return rows
-
-
-def _join(parts: list) -> Any:
-    if isinstance(parts[0], np.ndarray):
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-    joined = [x for part in parts for x in part]
-    return tuple(joined) if isinstance(parts[0], tuple) else joined
+def _keys(batch: Any) -> list | None:
+    """The batch's field keys (sorted as text), None for a bare array."""
+    return sorted(map(str, fields(batch))) if isinstance(batch, (dict, list, tuple)) else None
 
 
 class Rebatcher:
@@ -58,15 +36,15 @@ class Rebatcher:
         self.size = positive("batch_size", size)
         self.queue: deque = deque()  # [batch, rows, offset, token]
         self.available = 0
-        self.keys: list | None = None  # the fields of the first batch (every batch has these)
+        self.keys: list | None = None  # the fields of the batches buffered (every one has these)
 
     def push(self, batch: Any, token: Any = None) -> None:
         """Add a received batch; `token` comes back from pop()/flush() once all of it was handed out."""
+        rows = checked_size(batch, "rebatch")
         keys = _keys(batch)
-        if self.keys is not None and set(keys) != set(self.keys):
+        if self.queue and keys != self.keys:
             raise ValueError(f"cannot rebatch a batch with fields {keys} after batches with fields {self.keys}")
-        rows = _check(batch, keys)
-        self.keys = keys if self.keys is None else self.keys
+        self.keys = keys
         self.queue.append([batch, rows, 0, token])
         self.available += rows
 
@@ -90,17 +68,11 @@ class Rebatcher:
             entry = self.queue[0]
             batch, rows, offset, token = entry
             n = min(count, rows - offset)
-            pieces.append((batch, offset, offset + n))
+            pieces.append(cut(batch, offset, offset + n))
             entry[2] += n
             count -= n
             self.available -= n
             if entry[2] == rows:
                 self.queue.popleft()
                 done.append(token)
-        return self._assemble(pieces), done
-
-    def _assemble(self, pieces: list) -> Any:
-        """One batch of the rows [start, stop) of each (batch, start, stop) piece, of the first's type."""
-        joined = {key: _join([batch[key][start:stop] for batch, start, stop in pieces]) for key in self.keys}
-        first = pieces[0][0]
-        return joined if isinstance(first, dict) else type(first)(joined.values())
+        return join(pieces, "rebatch"), done

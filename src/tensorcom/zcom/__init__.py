@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorcom.transport.batches import batch_size, listify, transform_with
+from tensorcom.batch import batch_size
+from tensorcom.transport.batches import listify, transform_with
 from tensorcom.transport.connection import Connection
 from tensorcom.transport.converters import named_converter, tonumpy, totorch
 from tensorcom.transport.stats import Statistics

@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterator
 
-from tensorcom.transport.batches import batch_size, transform_with
+from tensorcom.batch import batch_size
+from tensorcom.transport.batches import transform_with
 from tensorcom.transport.options import Decoding, PassOptions
 from tensorcom.transport.resume import Consumption
 from tensorcom.transport.stats import Statistics

@@ -24,9 +24,10 @@ from typing import Any, Iterable
 import zmq
 
 from tensorcom import urls, wire
+from tensorcom.batch import batch_size
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport._outbound import Delivery, Outbound, own_frames
-from tensorcom.transport.batches import batch_size, prepare_batch
+from tensorcom.transport.batches import prepare_batch
 from tensorcom.transport.ends.attached import Attached
 from tensorcom.transport.ends.curve import SocketSecurity
 from tensorcom.transport.options import Encoding, SocketOptions

@@ -27,9 +27,9 @@ from typing import Any, Iterable
 import zmq
 
 from tensorcom import wire
+from tensorcom.batch import batch_size
 from tensorcom.errors import DecodeError
 from tensorcom.transport._inbound import Inbound
-from tensorcom.transport.batches import batch_size
 from tensorcom.transport.epochs import Verdict
 from tensorcom.transport.resume import ResumePlan
 from tensorcom.transport.sharing import control
