@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorcom.demo.trainer import torch_available
+from tensorcom.demo.backends import torch_available
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 

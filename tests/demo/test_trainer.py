@@ -7,7 +7,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from tensorcom.demo.trainer import NumpyTrainer, make_trainer, pooled_features, torch_available
+from tensorcom.demo.backends import make_trainer, torch_available
+from tensorcom.demo.trainer import NumpyTrainer, pooled_features
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from tensorcom.errors import OpenError
-from tensorcom.shards.gopen import gopen, scheme_of
+from tensorcom.shards._schemes import scheme_of
+from tensorcom.shards.gopen import gopen
 
 
 def test_scheme_table():

@@ -35,7 +35,7 @@ POLL = 1.0  # seconds the receiving thread waits on the socket before checking f
 @dataclass(frozen=True)
 class DemoConfig:
     """A demo run: training epochs, batch size, server publisher processes, seed, image size served,
-    dataset directory (None: in the tensorcom cache), trainer backend (tensorcom.demo.trainer.BACKENDS:
+    dataset directory (None: in the tensorcom cache), trainer backend (tensorcom.demo.backends.BACKENDS:
     "auto", "torch", "numpy", "keras", "jax") and seconds to wait for a batch."""
 
     epochs: int = 2
@@ -52,7 +52,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> float:
     """Make the data, serve it, train, evaluate; `say` gets each progress line. Returns the held-out
     accuracy (0..1); raises what went wrong, after writing the server's last output to stderr."""
     from tensorcom.demo.data import make_demo_dataset
-    from tensorcom.demo.trainer import make_trainer
+    from tensorcom.demo.backends import make_trainer
 
     start = time.perf_counter()
     data = make_demo_dataset(config.data or None, size=config.size)

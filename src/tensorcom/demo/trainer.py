@@ -1,19 +1,17 @@
-"""The small image classifier that `tensorcom demo` trains: torch when importable, numpy otherwise;
-keras (tensorcom.demo.keras_trainer) or jax (tensorcom.demo.jax_trainer) when asked for.
+"""The small image classifier that `tensorcom demo` trains, in numpy and in torch, and the `Trainer`
+base that every backend (also tensorcom.demo.keras_trainer and jax_trainer) implements.
 
 Every backend is a `Trainer`: `step(images, labels) -> loss` takes one batch of uint8 (or float)
 images shaped (N, H, W, C) and integer labels (N,) and does one optimizer step; `predict(images) ->
-labels` and `accuracy(images, labels) -> fraction` evaluate. `make_trainer` picks the backend. No
-backend needs a GPU; all are sized to learn the demo's coloured shapes in seconds on two cores.
+labels` and `accuracy(images, labels) -> fraction` evaluate. tensorcom.demo.backends.make_trainer
+picks the backend by name (this module imports no other backend). No backend needs a GPU; all are
+sized to learn the demo's coloured shapes in seconds on two cores.
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
-BACKENDS = ("auto", "torch", "numpy", "keras", "jax")
 DEFAULT_LR = 3e-3
 
 
@@ -43,37 +41,6 @@ class Trainer:
 def untrained() -> ValueError:
     """The error `predict` raises before the model has seen a batch."""
     return ValueError("predict() before any step(): the model has not seen data yet")
-
-
-def torch_available() -> bool:
-    """True when torch can be imported (checked without importing it)."""
-    return importlib.util.find_spec("torch") is not None
-
-
-def make_trainer(classes: int, *, backend: str = "auto", seed: int = 0, lr: float | None = None) -> Trainer:
-    """A fresh classifier for `classes` labels (0..classes-1).
-
-    backend: "torch", "numpy", "keras", "jax", or "auto" (torch when importable, else numpy). lr:
-    learning rate (backend default when None). Raises ValueError for a bad backend or class count,
-    MissingDependency (an ImportError) naming the extra for a framework that is not installed.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
-    if not isinstance(classes, int) or classes < 2:
-        raise ValueError(f"classes must be an int >= 2, not {classes!r}")
-    if backend == "auto":
-        backend = "torch" if torch_available() else "numpy"
-    if backend == "torch":
-        return TorchTrainer(classes, seed=seed, lr=lr)
-    if backend == "keras":
-        from tensorcom.demo.keras_trainer import KerasTrainer
-
-        return KerasTrainer(classes, seed=seed, lr=lr)
-    if backend == "jax":
-        from tensorcom.demo.jax_trainer import JaxTrainer
-
-        return JaxTrainer(classes, seed=seed, lr=lr)
-    return NumpyTrainer(classes, seed=seed, lr=lr)
 
 
 def checked(images: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:

@@ -16,7 +16,7 @@ import stat
 from typing import IO, Any
 
 from tensorcom.errors import OpenError
-from tensorcom.shards.gopen import DEFAULT_BUFSIZE, SCHEMES, gopen, scheme_of
+from tensorcom.shards._schemes import DEFAULT_BUFSIZE, SCHEMES, opener, scheme_of
 
 
 class Destination:
@@ -141,5 +141,5 @@ def open_destination(url: str, **options: Any) -> Destination:
             raise OpenError("is a directory", url=url)
         if stat.S_ISREG(mode):
             return LocalDestination(url, path, **options)
-    stream = gopen(url, "wb", **options)
+    stream = opener(url)(url, "wb", **options)
     return FsspecDestination(url, stream) if scheme not in SCHEMES else Destination(url, stream)

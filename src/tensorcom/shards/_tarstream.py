@@ -24,7 +24,8 @@ from typing import IO, Any, Iterable, Iterator
 from tensorcom.errors import OpenError, SampleError, ShardError, TarFormatError
 from tensorcom.shards._tarscan import BLOCK, META, REGULAR, Keyed, Window, header_name, keyed, read_into, scanner
 from tensorcom.shards._tarscan import split_name as split_name  # public here, as before
-from tensorcom.shards.gopen import DEFAULT_BUFSIZE, gopen
+from tensorcom.shards._schemes import DEFAULT_BUFSIZE
+from tensorcom.shards.gopen import gopen
 from tensorcom.shards.handlers import Handler, SkipCounts, handle
 
 WINDOW = 2 * DEFAULT_BUFSIZE  # bytes per readinto; above the stream's buffer size, so reads skip that buffer

@@ -28,7 +28,7 @@ from typing import IO, Any
 from tensorcom.errors import ShardError
 from tensorcom.shards._destinations import LocalDestination
 from tensorcom.shards._tarscan import read_into
-from tensorcom.shards.gopen import DEFAULT_BUFSIZE, open_local
+from tensorcom.shards._schemes import DEFAULT_BUFSIZE, open_local
 
 DRAIN_LIMIT = 1 << 20  # bytes a closing reader may leave unread and still complete the entry
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
