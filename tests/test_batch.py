@@ -138,19 +138,21 @@ def test_pipeline_unbatch_yields_samples_of_list_batches():
     assert [(int(i), name) for i, name in Pipeline(two_list_batches()).unbatch()] == [(i, f"s{i}") for i in range(8)]
 
 
-def test_pipeline_and_the_rebatcher_agree_on_list_dict_and_tuple_batches():
-    for make in (list, tuple, lambda fields: {"id": fields[0], "name": fields[1]}):
-        given = [make(fields) for fields in two_list_batches()]
-        rebatcher, got = Rebatcher(3), []
-        for batch in given:
-            rebatcher.push(batch)
-            while (out := rebatcher.pop()[0]) is not None:
-                got.append(out)
-        got.append(rebatcher.flush()[0])
-        piped = list(Pipeline(given).rebatch(3))
-        normal = [tuple(r.values()) if isinstance(r, dict) else r for r in
-                  (row for batch in got for row in rows(batch))]
-        assert [(int(i), s) for i, s in normal] == [(i, f"s{i}") for i in range(8)]
-        assert [batch_size(b) for b in got] == [batch_size(b) for b in piped] == [3, 3, 2]
-        assert [list(map(str, r.values())) if isinstance(r, dict) else list(map(str, r)) for b in piped for r in rows(b)] == \
-            [[str(i), f"s{i}"] for i in range(8)]
+def rebatched(given, size):
+    """The batches a Rebatcher(size) makes of `given` (the last one flushed)."""
+    rebatcher, out = Rebatcher(size), []
+    for batch in given:
+        rebatcher.push(batch)
+        while (got := rebatcher.pop()[0]) is not None:
+            out.append(got)
+    return out + [rebatcher.flush()[0]]
+
+
+@pytest.mark.parametrize("make", [list, tuple, lambda fields: dict(zip(("id", "name"), fields))])
+def test_pipeline_and_the_rebatcher_agree_on_list_tuple_and_dict_batches(make):
+    given = [make(fields) for fields in two_list_batches()]
+    expected = [(i, f"s{i}") for i in range(8)]
+    for out in (rebatched(given, 3), list(Pipeline(given).rebatch(3))):
+        assert [batch_size(b) for b in out] == [3, 3, 2]
+        samples = [tuple(r.values()) if isinstance(r, dict) else r for b in out for r in rows(b)]
+        assert [(int(i), name) for i, name in samples] == expected

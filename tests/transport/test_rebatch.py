@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.py
 
+from tensorcom import Connection
+from tensorcom.batch import batch_size, rows
+from tensorcom.pipeline import Pipeline
 from tensorcom.transport.rebatch import Rebatcher
 
 
@@ -65,3 +69,38 @@ def test_refuses_a_batch_whose_fields_change():
         rebatcher.push({"x": np.zeros((3, 2)), "label": [0, 1, 2]})  # would be lost, or fail at pop()
     batch, _ = rebatcher.pop()
     assert list(batch) == ["x", "id"] and batch["id"] == [0, 1, 2, 3]
+
+
+def list_batches():
+    """Two [ids, names] batches of 4 rows each: a list of two fields, as a Connection yields them."""
+    return [[np.arange(4 * b, 4 * b + 4, dtype=np.int32), [f"s{i}" for i in range(4 * b, 4 * b + 4)]]
+            for b in range(2)]
+
+
+def pairs(batches_):
+    """The (id, name) rows of list batches."""
+    return [(int(i), str(name)) for batch in batches_ for i, name in rows(batch)]
+
+
+@pytest.mark.net
+def test_connection_batch_size_pipeline_rebatch_and_unbatch_agree(free_port):
+    """The same list batches through Connection(batch_size=3), Pipeline.rebatch(3) and
+    Pipeline(Connection).unbatch() give the same rows (the pipeline used to take fields for rows)."""
+    expected = [(i, f"s{i}") for i in range(8)]
+    url = f"127.0.0.1:{free_port()}"
+    server, errors = Connection(f"zsplit://{url}"), []
+    with Connection(f"zjoin://{url}", batch_size=3, timeout=10) as consumer:
+        thread = serve_in_thread(server, 2, errors, make_batch=lambda i: list_batches()[i])
+        joined = list(consumer)
+    thread.join(timeout=20)
+    assert errors == [] and [batch_size(b) for b in joined] == [3, 3, 2] and pairs(joined) == expected
+    piped = list(Pipeline(list_batches()).rebatch(3))
+    assert [batch_size(b) for b in piped] == [3, 3, 2] and pairs(piped) == expected
+    port = free_port()
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=10) as puller, \
+            Connection(f"zpush://127.0.0.1:{port}", timeout=10) as pusher:
+        for batch in list_batches():
+            pusher.send(batch)
+        pusher.end_epoch()
+        unbatched = [(int(i), str(name)) for i, name in Pipeline(puller).unbatch()]
+    assert unbatched == expected
