@@ -1,6 +1,4 @@
-"""tensorcom.transport.stats: rates over a window and dropped-batch counting from sequence gaps."""
-
-import time
+"""tensorcom.transport.stats: rates over the window of tensorcom.rates and dropped-batch counting from sequence gaps."""
 
 import pytest
 
@@ -30,28 +28,32 @@ def test_restart_and_protocol1_do_not_count():
     assert tracker.dropped == 0
 
 
-def test_statistics_rates():
-    stats = Statistics(horizon=10)
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_statistics_rates_are_the_window_of_tensorcom_rates():
+    clock = Clock()
+    stats = Statistics(horizon=10, clock=clock)
     assert stats.rate() == 0 and stats.recent_rate() == 0 and stats.throughput() == 0
-    for _ in range(5):
+    for t in range(25):  # a 1000-byte message of 4 samples a second; more messages than the horizon
+        clock.now = float(t)
         stats.add(1000, samples=4)
-        time.sleep(0.01)
-    assert stats.count == 5 and stats.total == 5000 and stats.samples == 20
-    assert 20 < stats.rate() < 110
-    assert 20_000 < stats.recent_throughput() < 110_000
-    assert stats.recent_sample_rate() == pytest.approx(4 * stats.recent_rate())
+    assert stats.count == 25 and stats.total == 25_000 and stats.samples == 100
+    assert stats.rate() == 25 / 24 and stats.throughput() == pytest.approx(25_000 / 24)  # since the first
+    assert stats.recent_rate() == 1.0 and stats.recent_sample_rate() == 4.0 and stats.recent_throughput() == 1000.0
     snapshot = stats.as_dict()
-    assert snapshot["batches"] == 5 and snapshot["dropped"] == 0
-    assert "msg/s" in stats.summary()
+    assert snapshot == {"batches": 25, "samples": 100, "bytes": 25_000, "batches_per_s": 1.0, "samples_per_s": 4.0,
+                        "MB_per_s": 0.001, "dropped": 0, "duplicates": 0, "lost_markers": 0, "implicit_ends": 0}
+    assert "1.0 msg/s 4.0 samples/s" in stats.summary()
+    clock.now = 44.0  # nothing for 20 s: the window is empty
+    assert stats.recent_sample_rate() == 0.0 and stats.count == 25
     stats.reset()
-    assert stats.count == 0 and len(stats.recent) == 0
-
-
-def test_window_is_bounded():
-    stats = Statistics(horizon=3)
-    for _ in range(10):
-        stats.add(1)
-    assert len(stats.recent) == 3
+    assert stats.count == 0 and stats.as_dict()["batches"] == 0
 
 
 def test_bad_horizon():

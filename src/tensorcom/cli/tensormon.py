@@ -2,8 +2,9 @@
 
     tensormon zsub://127.0.0.1:7880 --count 1000 --report 2 --json
 
-Each line: batches/s, samples/s, MB/s over the interval, the last batch size, the batches known to be
-dropped (lossy PUB/SUB), and the running total. Exits after --count batches (default: never).
+Each line: batches/s, samples/s, MB/s over the last 10 s (the window of tensorcom.rates: the figures
+of Connection.stats), the last batch size, the batches known to be dropped (lossy PUB/SUB), and the
+running total. Exits after --count batches (default: never).
 With --consumers and zjoin:// URLs it joins a sharing server as an observer and prints, per report,
 each consumer's position (epoch, batch), lag behind the stream, rate and credit in use.
 """
@@ -12,23 +13,17 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 from tensorcom.cli.common import Parser, add_source_arguments, entry_point, open_source, positive_int, seconds
+from tensorcom.rates import Throttle, consumer_lines
 from tensorcom.transport.connection import Connection
 
 
-def report_line(window: dict, conn: Connection, as_json: bool) -> str:
-    """One report: rates over the window {batches, samples, bytes, seconds} plus connection totals."""
-    seconds = max(window["seconds"], 1e-9)
-    figures = {
-        "batches_per_s": round(window["batches"] / seconds, 3),
-        "samples_per_s": round(window["samples"] / seconds, 3),
-        "MB_per_s": round(window["bytes"] / seconds / 1e6, 3),
-        "batch_size": conn.batch_size,
-        "dropped": conn.stats.dropped,
-        "batches": conn.stats.count,
-    }
+def report_line(conn: Connection, as_json: bool) -> str:
+    """One report: the connection's totals and rates over the window of tensorcom.rates."""
+    snapshot = conn.stats.as_dict()
+    figures = {key: snapshot[key] for key in ("batches_per_s", "samples_per_s", "MB_per_s", "dropped", "batches")}
+    figures["batch_size"] = conn.batch_size
     if as_json:
         return json.dumps(figures)
     return ("{batches_per_s:10.1f} batches/s {samples_per_s:12.1f} samples/s {MB_per_s:10.2f} MB/s "
@@ -36,24 +31,19 @@ def report_line(window: dict, conn: Connection, as_json: bool) -> str:
 
 
 def monitor(conn: Connection, count: int | None, every: float, as_json: bool) -> int:
-    """Receive until `count` batches (None: forever), printing a report every `every` seconds."""
-    stats = conn.stats
-    mark = (time.monotonic(), 0, 0, 0)
+    """Receive until `count` batches (None: forever), printing a report every `every` seconds and
+    after the last batch."""
+    stats, throttle = conn.stats, Throttle(every)
+    throttle.start()
     while count is None or stats.count < count:
         conn.recv()
-        now = time.monotonic()
-        if now - mark[0] >= every or stats.count == count:
-            window = {"seconds": now - mark[0], "batches": stats.count - mark[1],
-                      "samples": stats.samples - mark[2], "bytes": stats.total - mark[3]}
-            print(report_line(window, conn, as_json), flush=True)
-            mark = (now, stats.count, stats.samples, stats.total)
+        if throttle.due(force=stats.count == count):
+            print(report_line(conn, as_json), flush=True)
     return stats.count
 
 
 def watch_consumers(conn: Connection, count: int | None, every: float, as_json: bool) -> int:
     """Print the sharing server's consumer table every `every` seconds, `count` times (None: forever)."""
-    from tensorcom.pipeline.shared_serving import consumer_lines
-
     reports = 0
     while count is None or reports < count:
         status = conn.consumer_status(wait=every)

@@ -10,8 +10,8 @@ processes, read their messages, report rates, stop them.
     supervisor.close()                   # always: stops what is left
 
 Messages from the workers (one multiprocessing queue): ("item", i, (batches, samples)), ("end", i,
-reports) and ("error", i, Failure). Reports (tensorcom.pipeline._rate_report): a rate line on stderr
-every `report` seconds from the first batch (rates over a sliding window), with one line per consumer
+reports) and ("error", i, Failure). Reports (tensorcom.rates.RateReport): a rate line on stderr
+every `report` seconds from the first batch (rates over the window of tensorcom.rates), with one line per consumer
 of a sharing server, or `on_report(stats)` instead.
 """
 
@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from tensorcom.pipeline._failure import died
 from tensorcom.pipeline._loop import join_or_kill
-from tensorcom.pipeline._rate_report import RateReport
 from tensorcom.pipeline._semaphores import Handover
+from tensorcom.rates import RateReport
 
 
 class Supervisor:
@@ -95,8 +95,8 @@ class Supervisor:
                 raise died("serving worker", index, proc)
 
     def stats(self, overall: bool = False) -> dict:
-        """Totals, and rates over the last `report` seconds (at least 1 s) counted from the first batch
-        (over the whole run when `overall`)."""
+        """Totals, and rates over the window of tensorcom.rates (the last 10 s, counted from the first
+        batch; since the first batch when `overall`)."""
         return {**self.reports.stats(self.totals(), overall), "workers": len(self.procs)}
 
     def maybe_report(self, force: bool = False) -> None:

@@ -48,13 +48,3 @@ def finish_hub(hub: Any, ends: int | None) -> dict:
     result = hub.close()
     check_delivered(result, hub.server.url)
     return result
-
-
-def consumer_lines(reports: list[dict]) -> list[str]:
-    """One line per consumer of a sharing server's status: position, lag, rate and credit."""
-    lines = []
-    for r in reports:
-        lag = "" if r.get("lag") is None else f", lag {r['lag']}"
-        lines.append(f"  consumer {r['name']}: epoch {r['epoch']} batch {r['pos']}{lag}, "
-                     f"{r['samples_per_s']:.1f} samples/s, credit in use {r['credit'] - r['free']}/{r['credit']}")
-    return lines

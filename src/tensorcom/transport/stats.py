@@ -1,15 +1,17 @@
 """Running statistics of a connection: message rate, byte throughput, samples, dropped batches and
 lost end-of-epoch markers.
 
-`Statistics` keeps totals since `reset()` plus a window of the last `horizon` messages (for the
-`recent_*` figures). `SequenceTracker` counts batches lost on lossy PUB/SUB links from gaps in the
+`Statistics` keeps totals since `reset()` and rates over the window of tensorcom.rates (the one rate
+definition: the last 10 s; docs/monitoring.md). `SequenceTracker` counts batches lost on lossy PUB/SUB links from gaps in the
 per-sender sequence numbers of protocol v2 (a sender's resends fill the gaps they leave).
 """
 
 from __future__ import annotations
 
-import collections
 import time
+from typing import Callable
+
+from tensorcom.rates import Rates
 
 
 class SequenceTracker:
@@ -50,90 +52,73 @@ class SequenceTracker:
 
 
 class Statistics:
-    """Rates and throughputs over all messages since `reset()` and over the last `horizon` ones.
+    """Totals since `reset()` and rates over the window of tensorcom.rates (the last 10 s).
 
-    `add(nbytes, samples)` records one message. `rate()`/`throughput()` are messages/s and bytes/s
-    since the first message; `recent_rate()`/`recent_throughput()` the same over the window `recent`
-    (a deque of (time, nbytes, samples)). `dropped` is the number of batches known to be lost,
-    `lost_markers` the end-of-epoch markers known to be lost (an epoch's batches arrived after its
-    sender's marker should have), `implicit_ends` the passes that such a batch ended (a stand-in for
-    the lost marker; tensorcom.transport.epochs).
+    `add(nbytes, samples)` records one message. `recent_rate()`, `recent_sample_rate()`,
+    `recent_throughput()` are messages/s, samples/s and bytes/s over the window (`rates`, a
+    tensorcom.rates.Rates); `rate()`/`throughput()` the same since the first message. `dropped` is
+    the number of batches known to be lost, `lost_markers` the end-of-epoch markers known to be lost
+    (an epoch's batches arrived after its sender's marker should have), `implicit_ends` the passes that
+    such a batch ended (a stand-in for the lost marker; tensorcom.transport.epochs). `horizon` (0.1's
+    `stats_horizon`, a message count) is checked and kept for compatibility: the window is in seconds.
     """
 
-    def __init__(self, horizon: int = 1000):
+    def __init__(self, horizon: int = 1000, clock: Callable[[], float] = time.monotonic):
         if not isinstance(horizon, int) or horizon < 2:
             raise ValueError(f"stats_horizon must be an int >= 2, got {horizon!r}")
-        self.horizon = horizon
+        self.horizon, self.clock = horizon, clock
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (the dropped and lost-marker counts included)."""
-        self.start = time.monotonic()
-        self.last = self.start
-        self.count = 0
-        self.total = 0
-        self.samples = 0
+        self.rates = Rates(clock=self.clock)
         self.dropped = 0
         self.duplicates = 0  # batches received twice (resends of what had come) and skipped
         self.lost_markers = 0
         self.implicit_ends = 0
-        self.recent: collections.deque = collections.deque(maxlen=self.horizon)
 
     def add(self, nbytes: int, samples: int = 1) -> None:
         """Record one message of `nbytes` bytes holding `samples` samples."""
-        self.last = time.monotonic()
-        if self.count == 0:
-            self.start = self.last
-        self.count += 1
-        self.total += nbytes
-        self.samples += samples
-        self.recent.append((self.last, nbytes, samples))
+        self.rates.add(1, samples, nbytes)
 
-    def _span(self) -> float:
-        return self.last - self.start
+    @property
+    def count(self) -> int:
+        """Messages since reset()."""
+        return self.rates.totals[0]
+
+    @property
+    def samples(self) -> int:
+        return self.rates.totals[1]
+
+    @property
+    def total(self) -> int:
+        """Bytes since reset()."""
+        return self.rates.totals[2]
 
     def rate(self) -> float:
-        """Messages per second since the first message (0 before two messages)."""
-        span = self._span()
-        return (self.count - 1) / span if self.count > 1 and span > 0 else 0.0
+        """Messages per second since the first message."""
+        return self.rates.rates(overall=True)["batches_per_s"]
 
     def throughput(self) -> float:
         """Bytes per second since the first message."""
-        span = self._span()
-        return self.total * (self.count - 1) / self.count / span if self.count > 1 and span > 0 else 0.0
-
-    def _recent_sums(self) -> tuple[float, int, int, int]:
-        """(time span, messages, bytes, samples) of the window, excluding its first message's payload."""
-        if len(self.recent) < 2:
-            return 0.0, 0, 0, 0
-        items = list(self.recent)[1:]
-        span = self.recent[-1][0] - self.recent[0][0]
-        return span, len(items), sum(x[1] for x in items), sum(x[2] for x in items)
+        return self.rates.rates(overall=True)["MB_per_s"] * 1e6  # exact: rates() does not round
 
     def recent_rate(self) -> float:
         """Messages per second over the window."""
-        span, n, _, _ = self._recent_sums()
-        return n / span if span > 0 else 0.0
+        return self.rates.rates()["batches_per_s"]
 
     def recent_throughput(self) -> float:
         """Bytes per second over the window."""
-        span, _, nbytes, _ = self._recent_sums()
-        return nbytes / span if span > 0 else 0.0
+        return self.rates.rates()["MB_per_s"] * 1e6
 
     def recent_sample_rate(self) -> float:
         """Samples per second over the window."""
-        span, _, _, samples = self._recent_sums()
-        return samples / span if span > 0 else 0.0
+        return self.rates.rates()["samples_per_s"]
 
     def as_dict(self) -> dict:
-        """A JSON-ready snapshot: counts, totals, recent rates, dropped."""
+        """A JSON-ready snapshot: totals, rates over the window (tensorcom.rates keys), dropped."""
         return {
-            "batches": self.count,
-            "samples": self.samples,
-            "bytes": self.total,
-            "batches_per_s": round(self.recent_rate(), 3),
-            "samples_per_s": round(self.recent_sample_rate(), 3),
-            "MB_per_s": round(self.recent_throughput() / 1e6, 3),
+            **self.rates.as_dict(),
             "dropped": self.dropped,
             "duplicates": self.duplicates,
             "lost_markers": self.lost_markers,
@@ -141,9 +126,8 @@ class Statistics:
         }
 
     def summary(self) -> str:
-        """One line: recent rate, throughput, the dropped count (and lost markers, when some were)."""
+        """One line: rates over the window, the dropped count (and lost markers, when some were)."""
+        rates = self.rates.rates()
         lost = f" lost markers {self.lost_markers}" if self.lost_markers else ""
-        return (
-            f"rate {self.recent_rate():.1f} msg/s throughput {self.recent_throughput():.2e} bytes/s "
-            f"dropped {self.dropped}{lost}"
-        )
+        return (f"rate {rates['batches_per_s']:.1f} msg/s {rates['samples_per_s']:.1f} samples/s "
+                f"{rates['MB_per_s']:.2f} MB/s dropped {self.dropped}{lost}")

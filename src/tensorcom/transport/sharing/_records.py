@@ -4,10 +4,11 @@ acknowledgements and credit across reconnects. Pure (no zmq)."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from tensorcom.rates import Rates
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Consumer:
     down_since: float | None = None
     quiet: bool = False  # nothing came from it for a while before its connection closed
     held_until: float | None = None  # split, departed: its unacknowledged batches are held for it until then
-    joined: float = field(default_factory=time.monotonic)
+    rates: Rates = field(default_factory=Rates)  # its acknowledged batches and samples (tensorcom.rates)
 
     @property
     def free(self) -> int:
@@ -94,8 +95,10 @@ class Consumer:
                 done.append(item)
         self.acked = max(self.acked, min(upto, self.sent))
         self.outstanding -= len(done)
-        self.batches += len(done)
-        self.samples += sum(item.samples for item in done)
+        samples = sum(item.samples for item in done)
+        self.batches, self.samples = self.batches + len(done), self.samples + samples
+        if done:
+            self.rates.add(len(done), samples, sum(item.nbytes for item in done))
         return done
 
     def rewind(self) -> None:
@@ -127,8 +130,10 @@ class Consumer:
         return self.resend[0].index if self.resend else self.cursor
 
     def report(self, head: int | None = None) -> dict:
-        """Position, lag (items behind the stream's head, share mode), rate and credit, for reports."""
-        seconds = max(time.monotonic() - self.joined, 1e-9)
+        """Position, lag (items behind the stream's head, share mode), batches and samples acknowledged
+        since it joined ("acked", "samples"), its samples_per_s over the window of tensorcom.rates, and
+        credit, for reports."""
         return {"name": self.name, "epoch": self.position[0], "pos": self.position[1],
                 "lag": None if head is None else max(head - self.cursor, 0), "acked": self.batches,
-                "samples_per_s": self.samples / seconds, "credit": self.credit, "free": self.free}
+                "samples": self.samples, "samples_per_s": self.rates.as_dict()["samples_per_s"],
+                "credit": self.credit, "free": self.free}
