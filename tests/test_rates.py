@@ -120,3 +120,40 @@ def test_rate_report_prints_a_line_and_the_consumers(capsys):
 
 def test_default_window_is_documented():
     assert WINDOW == 10.0
+
+
+def test_one_samples_per_s_through_every_path_that_prints_one():
+    """Issue 17: the same events give the same samples_per_s in a serve's RateReport, Connection stats,
+    tensormon's report line and a sharing server's consumer record (before, they were over the last
+    `every` seconds, the last 1,000 messages, tensormon's report interval and the time since joining)."""
+    import json
+
+    from tensorcom.cli.tensormon import report_line
+    from tensorcom.transport.connection import Connection
+    from tensorcom.transport.sharing._records import Consumer, Item
+    from tensorcom.transport.stats import Statistics
+
+    clock = Clock(0.0)
+    report = RateReport(every=1.0, on_report=None, clock=clock)
+    consumer = Consumer(b"peer", "job", credit=1, rates=Rates(clock=clock))
+    conn = Connection()
+    conn.stats = Statistics(clock=clock)
+    events = [(0.5 * i + (i % 3) * 0.1, 8 + i % 5, 1000 * (i % 7 + 1)) for i in range(60)]  # (time, samples, bytes)
+    seen, batches, samples = [], 0, 0
+    try:
+        for index, (when, size, nbytes) in enumerate(events):
+            clock.now = when
+            batches, samples = batches + 1, samples + size
+            report.add((batches, samples))
+            conn.stats.add(nbytes, size)
+            consumer.deliver(Item(index, 0, index, frames=b"batch", samples=size, nbytes=nbytes))
+            consumer.ack(consumer.sent)
+            clock.now = when + 0.25
+            figures = [report.stats((batches, samples))["samples_per_s"], conn.stats.as_dict()["samples_per_s"],
+                       json.loads(report_line(conn, True))["samples_per_s"], consumer.report()["samples_per_s"]]
+            assert len(set(figures)) == 1, (when, figures)
+            seen.append(figures[0])
+    finally:
+        conn.close()
+    assert seen[-1] == round(sum(size for when, size, _ in events if when > clock.now - WINDOW) / WINDOW, 3)
+    assert len(set(seen)) > 10  # the figures moved: the check compared something
