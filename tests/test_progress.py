@@ -1,10 +1,10 @@
-"""tensorcom.progress: the bar or plain lines of long work, and sliding-window rates."""
+"""tensorcom.progress: the bar or plain lines of long work, with the rate of tensorcom.rates."""
 
 import io
 
 import pytest
 
-from tensorcom.progress import Progress, RateWindow
+from tensorcom.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -37,17 +37,13 @@ def test_a_terminal_gets_a_tqdm_bar():
     assert "job" in stream.getvalue() and "\n" not in stream.getvalue().strip("\n")
 
 
-def test_rates_start_at_the_first_count_and_slide():
-    window = RateWindow(2.0)
-    window.add((0, 0), now=0.0)
-    assert window.first is None and window.rates(now=1.0) == ()
-    window.add((4, 40), now=10.0)  # first batch: rates count from here, not from the start
-    assert window.rates(now=12.0) == (2.0, 20.0)
-    for t in range(11, 21):
-        window.add((4 + 10 * (t - 10), 40), now=float(t))
-    assert window.rates(now=20.0) == (10.0, 0.0)
-
-
-def test_window_must_be_positive():
-    with pytest.raises(ValueError, match="window"):
-        RateWindow(0)
+def test_plain_lines_show_the_rate_of_tensorcom_rates():
+    """The line's rate is the one window (tensorcom.rates), its timing the one throttle."""
+    now = [0.0]
+    stream = io.StringIO()
+    shown = Progress("job", interval=5.0, stream=stream, clock=lambda: now[0])
+    for t in range(1, 31):  # 3 samples a second for 20 s, then 10 a second
+        now[0] = float(t)
+        shown.update(3 if t <= 20 else 10)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 6 and lines[-1] == "job: 160 samples, 10.0 samples/s"

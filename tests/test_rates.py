@@ -84,7 +84,7 @@ def test_throttle_counts_from_start_and_from_each_report():
     assert throttle.due(force=True)
     clock.now = 70.0
     assert not throttle.due() and Throttle(5.0, clock, start=-math.inf).due()
-    assert not Throttle(None, clock, start=0.0).due(force=True) and not Throttle(0, clock, start=0.0).due()
+    assert not Throttle(None, clock, start=0.0).due(force=True) and Throttle(0, clock, start=clock.now).due()
 
 
 def test_rate_report_is_due_from_the_first_batch():

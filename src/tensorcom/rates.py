@@ -11,7 +11,7 @@ that window; while the first event is less than WINDOW seconds old, the window s
 event (that event included), so a rate never counts time from before anything happened. Rates go
 down when events stop. Totals count from the first event. `overall=True` gives the rates since the
 first event instead. The same keys everywhere: `batches_per_s`, `samples_per_s`, `MB_per_s` (10^6
-bytes per second), each rounded to 3 decimals. docs/monitoring.md says where each of them is printed.
+bytes per second), rounded to 3 decimals in as_dict() (what every report prints). docs/monitoring.md says where each of them is printed.
 
 RateReport (the rate lines of a running serve: tensorcom.serve's parent, tensorcom.ray's driver) is
 a Rates and a Throttle plus the line printing. Pure: standard library only, every clock injectable.
@@ -88,24 +88,25 @@ class Rates:
         return [totals for t, totals in self.snapshots if t <= when][-1]
 
     def as_dict(self, overall: bool = False) -> dict[str, float]:
-        """{"batches", "samples", "bytes"} since the first event, plus rates()."""
+        """{"batches", "samples", "bytes"} since the first event, plus rates() rounded to 3 decimals:
+        the figures every report prints."""
         batches, samples, nbytes = self.totals
-        return {"batches": batches, "samples": samples, "bytes": nbytes, **self.rates(overall)}
+        rates = {key: round(value, 3) for key, value in self.rates(overall).items()}
+        return {"batches": batches, "samples": samples, "bytes": nbytes, **rates}
 
 
 def _per_second(counts: tuple[int, ...], seconds: float) -> dict[str, float]:
     if seconds <= 0:
         return {"batches_per_s": 0.0, "samples_per_s": 0.0, "MB_per_s": 0.0}
     batches, samples, nbytes = counts
-    return {"batches_per_s": round(batches / seconds, 3), "samples_per_s": round(samples / seconds, 3),
-            "MB_per_s": round(nbytes / seconds / 1e6, 3)}
+    return {"batches_per_s": batches / seconds, "samples_per_s": samples / seconds, "MB_per_s": nbytes / seconds / 1e6}
 
 
 class Throttle:
     """Whether a report is due: `due()` is True once `every` seconds have passed since start() (or
-    since the last time it was True), and with `force`. `every` None or 0: never. Until start() is
-    called (or with `start=` given to the constructor) nothing is due; start=-math.inf makes the first
-    call due at once."""
+    since the last time it was True), and with `force`. `every` None: never; 0: at every call. Until
+    start() is called (or with `start=` given to the constructor) nothing is due; start=-math.inf
+    makes the first call due at once."""
 
     def __init__(self, every: float | None, clock: Callable[[], float] = time.monotonic,
                  start: float | None = None):
@@ -124,7 +125,7 @@ class Throttle:
 
     def due(self, force: bool = False) -> bool:
         """True (and count again from now) when a report is due."""
-        if not self.every or self.last is None:
+        if self.every is None or self.last is None:
             return False
         now = self.clock()
         if not force and now - self.last < self.every:
@@ -152,7 +153,7 @@ class RateReport:
         report.stats((batches, samples))     # totals, "seconds" since `start`, rates (no bytes)
         report.maybe_report(stats, line)     # a rate line on stderr, or on_report(stats), when due
 
-    A report is due every `every` seconds from the first batch (None or 0: never). With a sharing
+    A report is due every `every` seconds from the first batch (None or 0: never; a Throttle). With a sharing
     server (`hub`, tensorcom.transport.sharing.Hub: its `server.status`) its consumers' status joins
     the stats as "consumers" and adds one line per consumer. `start` (the clock's time) is when the
     owner's workers started: the owner may set it again."""
@@ -161,7 +162,7 @@ class RateReport:
                  clock: Callable[[], float] = time.monotonic):
         self.on_report, self.hub, self.clock = on_report, hub, clock
         self.rates = Rates(clock=clock)
-        self.throttle = Throttle(every, clock)
+        self.throttle = Throttle(every or None, clock)
         self.start = clock()
 
     def add(self, totals: tuple[int, int]) -> None:
