@@ -265,3 +265,47 @@ def nothing_left_in_shm(request):
     if left:
         where = f"the session's own {SHM}" if why is None else f"{SHM} (shared with this host's other processes: {why})"
         pytest.fail(f"the tests left {len(left)} entries in {where}: {', '.join(left)}", pytrace=False)
+
+
+# --- tests that start JAX run it in an interpreter of their own ---
+
+ISOLATED = "TENSORCOM_TEST_ISOLATED"  # set in the interpreter an isolated test runs in
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """An `isolated` test runs as `python -m pytest NODEID` in a subprocess (110 s at most); its failure, with
+    the subprocess's output, or its skip is this test's. Inside that subprocess the test runs as usual."""
+    if pyfuncitem.get_closest_marker("isolated") is None or os.environ.get(ISOLATED):
+        return None
+    import re
+
+    command = [sys.executable, "-m", "pytest", pyfuncitem.nodeid, "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    try:
+        done = subprocess.run(command, cwd=pyfuncitem.config.rootpath, env={**os.environ, ISOLATED: "1"},
+                              capture_output=True, text=True, timeout=110)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"isolated run of {pyfuncitem.nodeid} took over {exc.timeout} s", pytrace=False)
+    skipped = re.search(r"^SKIPPED \[\d+\] (.*)$", done.stdout, re.M)
+    if done.returncode == 0 and skipped:
+        pytest.skip(skipped.group(1))
+    if done.returncode != 0 or not re.search(r"\b1 passed\b", done.stdout):
+        pytest.fail(f"isolated run of {pyfuncitem.nodeid} (exit status {done.returncode}):\n{done.stdout[-6000:]}"
+                    f"{done.stderr[-2000:]}", pytrace=False)
+    return True
+
+
+@pytest.fixture(autouse=True)
+def no_jax_threads_here(request):
+    """Fails a test that started JAX's runtime (its backends, and with them its threads) in the test process,
+    where a later fork by another test (Ray, a fork-context DataLoader) would run into them: such a test is
+    marked `isolated`. (pyproject's filterwarnings also makes JAX's own fork warning an error.)"""
+    before = jax_started()
+    yield
+    if jax_started() and not before and not os.environ.get(ISOLATED):
+        pytest.fail(f"{request.node.nodeid} started JAX in the test process: mark it isolated", pytrace=False)
+
+
+def jax_started() -> bool:
+    """Whether this process has initialized JAX's backends (only then has JAX threads and a fork hook)."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))

@@ -1,5 +1,6 @@
 """adapters/jax.py: batches → jax arrays by jax.device_put, one pass per iteration, sharded along the
-batch axis over local devices (two forced host devices, in a subprocess: XLA reads its flags once)."""
+batch axis over local devices (two forced host devices, in a subprocess: XLA reads its flags once). Every
+test runs JAX in an interpreter of its own (`isolated`, or a subprocess of its own), never in the test process."""
 
 import os
 import subprocess
@@ -21,6 +22,7 @@ def batch(i: int, n: int = 4) -> list:
     return [np.full((n, 5, 7, 3), i, np.uint8), np.arange(n, dtype=np.int32) + 10 * i]
 
 
+@pytest.mark.isolated
 def test_fields_become_jax_arrays_in_the_same_container():
     out = to_jax({"jpg": batch(1)[0], "cls": batch(1)[1], "__key__": ["a"] * 4, "n": 3, "s": np.array(["x"])})
     assert isinstance(out["jpg"], jax.Array) and out["jpg"].shape == (4, 5, 7, 3) and out["jpg"].dtype == np.uint8
@@ -31,6 +33,7 @@ def test_fields_become_jax_arrays_in_the_same_container():
     assert to_jax(batch(0), device=device)[0].devices() == {device}
 
 
+@pytest.mark.isolated
 def test_bad_arguments():
     with pytest.raises(TypeError, match="ndarray"):
         to_jax(np.zeros(3))
@@ -42,6 +45,7 @@ def test_bad_arguments():
         batch_sharding([])
 
 
+@pytest.mark.isolated
 def test_iterate_one_pass_of_a_pipeline_each_time():
     pipeline = Pipeline([batch(i) for i in range(5)])
     for prefetch in (0, 2, 10):
@@ -49,12 +53,14 @@ def test_iterate_one_pass_of_a_pipeline_each_time():
         assert passes == [[0, 1, 2, 3, 4]] * 2
 
 
+@pytest.mark.isolated
 def test_one_device_sharding_keeps_whole_batches():
     images, labels = to_jax(batch(2), sharding=batch_sharding())
     assert images.shape == (4, 5, 7, 3) and len(images.addressable_shards) == len(jax.local_devices())
 
 
 @pytest.mark.net
+@pytest.mark.isolated
 def test_a_connection_pass_ends_at_its_marker(free_port):
     url = f"127.0.0.1:{free_port()}"
     with Connection(f"zpull://{url}", timeout=10) as receiver, Connection(f"zpush://{url}", timeout=10) as sender:

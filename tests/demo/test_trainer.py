@@ -90,6 +90,7 @@ def test_bad_arguments(kwargs):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
+@pytest.mark.isolated  # JAX never starts in the test process (tests/conftest.py)
 def test_jax_trainer_pads_the_short_batch_and_predicts():
     """One compiled shape: the last, shorter batch is padded (weight 0), so its loss is its own."""
     from tensorcom.demo.jax_trainer import forward
