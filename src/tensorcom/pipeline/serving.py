@@ -39,7 +39,6 @@ import itertools
 import math
 import os
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -51,6 +50,7 @@ from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.function_spec import load_function
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.workers import check_picklable
+from tensorcom.rates import Throttle
 from tensorcom.batch import batch_size
 from tensorcom.transport.resume import ResumePlan
 
@@ -128,15 +128,14 @@ class _Progress:
 
     def __init__(self) -> None:
         self.batches = self.samples = 0
-        self.last = -math.inf  # the first batch is reported at once: the parent's rates start there
+        self.due = Throttle(PROGRESS_INTERVAL, start=-math.inf)  # the first batch is reported at once
 
     def add(self, batch: Any) -> bool:
-        """Count `batch`; True when a report is due."""
+        """Count `batch`; True when a report is due (tensorcom.rates.Throttle)."""
         self.batches, self.samples = self.batches + 1, self.samples + _samples_in(batch)
-        return time.monotonic() - self.last > PROGRESS_INTERVAL
+        return self.due.due()
 
     def report(self) -> tuple[int, int]:
-        self.last = time.monotonic()
         return self.batches, self.samples
 
 
