@@ -103,3 +103,23 @@ def test_in_a_dataloader_worker_no_device_and_no_even_ends(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
     assert len(list(tensorcom.torch.BatchDataset(image_batches(2)))) == 2  # a single process: as it is
+
+
+def test_a_pipeline_is_a_plain_iterable_made_a_dataset_here():
+    """The torch wrapper is the adapters' (tensorcom.torch.iterable_dataset); Pipeline.as_torch() and
+    ShardDataset.as_torch() still work, with a DeprecationWarning naming the new spelling."""
+    from tensorcom.pipeline import ShardDataset
+
+    pipeline = Pipeline(range(6)).map(lambda i: i * 10)
+    assert not isinstance(pipeline, torch.utils.data.IterableDataset)
+    dataset = tensorcom.torch.iterable_dataset(pipeline)
+    assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 6
+    assert list(torch.utils.data.DataLoader(dataset, batch_size=None)) == [0, 10, 20, 30, 40, 50]
+    assert dataset.state_dict()["chain"] is not None  # stateful: the pipeline's own state
+    with pytest.warns(DeprecationWarning, match=r"tensorcom.torch.iterable_dataset"):
+        old = pipeline.as_torch()
+    assert type(old) is type(dataset) and list(old) == list(dataset)
+    with pytest.warns(DeprecationWarning, match=r"ShardDataset.as_torch\(\) is deprecated"):
+        ShardDataset(["a.tar"]).as_torch()
+    with pytest.raises(TypeError, match="expected an iterable"):
+        tensorcom.torch.iterable_dataset(3)

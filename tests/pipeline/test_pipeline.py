@@ -148,7 +148,9 @@ def test_pipelines_pickle_when_built_from_module_level_parts():
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_torch_dataloader_workers_get_disjoint_portions(context):
     torch = pytest.importorskip("torch")
-    dataset = Pipeline(range(20)).map(square).as_torch()
+    from tensorcom.adapters.torch import iterable_dataset
+
+    dataset = iterable_dataset(Pipeline(range(20)).map(square))
     assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 20
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
                                          multiprocessing_context=context, timeout=60)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tensorcom import shards
+from tensorcom.adapters.torch import iterable_dataset
 from tensorcom.pipeline import Pipeline, ShardDataset, ShardSource
 
 NSHARDS, PER_SHARD = 8, 25
@@ -105,7 +106,7 @@ def test_a_dataloader_over_a_pipeline_of_a_shard_dataset_yields_every_sample_onc
         for i in range(2000):
             writer.write({"__key__": f"{i:04d}", "cls": i})
     p = Pipeline(ShardDataset(f"{tmp_path}/u-{{00..19}}.tar")).batch(10)
-    loader = torch_data.DataLoader(p.as_torch(), batch_size=None, num_workers=2, timeout=60,
+    loader = torch_data.DataLoader(iterable_dataset(p), batch_size=None, num_workers=2, timeout=60,
                                    multiprocessing_context="spawn", collate_fn=keys_of_batch)
     got = [k for batch in loader for k in batch]
     assert len(got) == 2000 and sorted(got) == [f"{i:04d}" for i in range(2000)]
@@ -123,8 +124,9 @@ def stateful_loader(dataset, workers):
 
 
 DATASETS = {
-    "ShardDataset": lambda urls: ShardDataset(urls, shuffle=True, shuffle_buffer=10, seed=2).as_torch(),
-    "Pipeline": lambda urls: Pipeline(ShardSource(urls, shuffle=True), seed=2).shuffle(10).map(noisy, rng=True).as_torch(),
+    "ShardDataset": lambda urls: iterable_dataset(ShardDataset(urls, shuffle=True, shuffle_buffer=10, seed=2)),
+    "Pipeline": lambda urls: iterable_dataset(Pipeline(ShardSource(urls, shuffle=True), seed=2).shuffle(10)
+                                              .map(noisy, rng=True)),
 }
 
 
@@ -169,7 +171,7 @@ def test_state_of_a_dataset_read_by_plain_dataloader_workers_warns(tmp_path):
     from tensorcom import Pipeline
 
     pipeline = Pipeline(range(40))
-    loader = DataLoader(pipeline.as_torch(), num_workers=1, batch_size=None, multiprocessing_context="spawn",
+    loader = DataLoader(iterable_dataset(pipeline), num_workers=1, batch_size=None, multiprocessing_context="spawn",
                         timeout=60)
     taken = list(itertools.islice(iter(loader), 5))
     assert taken == [0, 1, 2, 3, 4]

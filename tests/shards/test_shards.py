@@ -248,7 +248,9 @@ def test_read_from_pipe(shard_dir):
 @pytest.mark.procs
 def test_torch_dataloader_workers_share_the_shards(shard_dir):
     torch_data = pytest.importorskip("torch.utils.data")
-    dataset = ShardDataset(spec(shard_dir), shuffle=True, seed=2, rank=0, world_size=1).as_torch()
+    from tensorcom.adapters.torch import iterable_dataset
+
+    dataset = iterable_dataset(ShardDataset(spec(shard_dir), shuffle=True, seed=2, rank=0, world_size=1))
     loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60,
                                    collate_fn=lambda sample: sample["__key__"])
     got = list(loader)

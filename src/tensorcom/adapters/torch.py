@@ -1,6 +1,8 @@
 """PyTorch adapter: batches → torch tensors by declaration (`ToTorch`, `to_torch`); `BatchDataset` /
 `loader`, a torch IterableDataset / DataLoader over a stream or a pipeline, on a device, with even ends
-under torch.distributed; and `TensorcomDataset`, 0.1's IterableDataset over a `Connection`.
+under torch.distributed; `iterable_dataset`, a Pipeline or ShardDataset (or any re-iterable) for a
+DataLoader with workers or torchdata's StatefulDataLoader; and `TensorcomDataset`, 0.1's
+IterableDataset over a `Connection`.
 
     import tensorcom.torch
     for images, labels in tensorcom.torch.loader("zjoin://127.0.0.1:7880", images={0: "NHWC"},
@@ -23,6 +25,8 @@ from collections.abc import Mapping
 from typing import Any, Iterator
 
 import numpy as np
+
+from tensorcom.adapters._torch_dataset import wrapper_class
 
 SOURCE_LAYOUTS = ("NHWC", "NCHW", "HWC", "CHW")
 TARGET_LAYOUTS = ("NHWC", "NCHW")
@@ -196,9 +200,23 @@ def _as_tensor(value: Any) -> Any:
         return torch.as_tensor(value)
 
 
+def iterable_dataset(source: Any) -> Any:
+    """`source` (a Pipeline, a ShardDataset, any re-iterable) as a torch IterableDataset, for
+    `DataLoader(iterable_dataset(pipeline), batch_size=None, num_workers=N)`: in each worker an unsharded
+    pipeline takes its own portion; with state_dict() / load_state_dict() on the source, so has the
+    dataset (torchdata's StatefulDataLoader saves each worker's position). TypeError if `source` cannot
+    be iterated; imports torch."""
+    if not hasattr(source, "__iter__"):
+        raise TypeError(f"expected an iterable, got {type(source).__name__}: {source!r}")
+    if hasattr(source, "handed_to_workers"):
+        source.handed_to_workers()  # its state_dict() here then warns that the position is in the workers
+    stateful = hasattr(source, "state_dict") and hasattr(source, "load_state_dict")
+    return wrapper_class("StatefulWrapper" if stateful else "IterableWrapper")(source)
+
+
 def _make_batch_dataset_class() -> type:
-    """Define BatchDataset on first use (an IterableDataset: tensorcom._torch_dataset's IterableWrapper)."""
-    from tensorcom._torch_dataset import IterableWrapper
+    """Define BatchDataset on first use (an IterableDataset: tensorcom.adapters._torch_dataset's IterableWrapper)."""
+    from tensorcom.adapters._torch_dataset import IterableWrapper
     from tensorcom.adapters import _torch_even as even_ends
 
     class BatchDataset(IterableWrapper):

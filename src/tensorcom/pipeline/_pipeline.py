@@ -313,11 +313,11 @@ class Pipeline:
                     "chain": chain.state_dict()}
         if self._resume is not None:
             return dict(self._resume)
-        if self.__dict__.get("_handed_to_torch") and not _in_torch_worker():
-            warnings.warn("this pipeline was handed to a torch DataLoader (as_torch()) and has not been iterated "
-                          "in this process: its position lives in the loader's worker processes, so this state "
-                          "is the start of the epoch. Checkpoint with torchdata's StatefulDataLoader.state_dict() "
-                          "instead.", RuntimeWarning, stacklevel=2)
+        if self.__dict__.get("_handed_to_workers") and not _in_torch_worker():
+            warnings.warn("this pipeline was handed to a torch DataLoader (iterable_dataset()) and has not been "
+                          "iterated in this process: its position lives in the loader's worker processes, so this "
+                          "state is the start of the epoch. Checkpoint with torchdata's "
+                          "StatefulDataLoader.state_dict() instead.", RuntimeWarning, stacklevel=2)
         return {"seed": self.seed, "epoch": self.epoch, "worker": self.worker, "num_workers": self.num_workers,
                 "chain": None}
 
@@ -348,17 +348,29 @@ class Pipeline:
                             "unbatch, rebatch or endless repeat makes it unpredictable)")
         return size
 
-    def as_torch(self) -> Any:
-        """This pipeline as a torch.utils.data.IterableDataset (imports torch), for DataLoader: in
-        each DataLoader worker an unsharded pipeline takes its own portion of the source."""
-        from tensorcom._torch_dataset import as_iterable_dataset
+    def handed_to_workers(self) -> None:
+        """Note that this pipeline is now iterated by a loader's worker processes (tensorcom.torch.
+        iterable_dataset calls this): state_dict() here, before any iteration here, then warns."""
+        self._handed_to_workers = True
 
-        self._handed_to_torch = True  # state_dict() here then warns that the position is in the workers
-        return as_iterable_dataset(self)
+    def as_torch(self) -> Any:
+        """Deprecated: `tensorcom.torch.iterable_dataset(pipeline)` (the torch wrapper is the adapters'
+        layer's; a pipeline stays a plain iterable)."""
+        return deprecated_as_torch(self)
 
     def __repr__(self) -> str:
         names = "".join(f".{s.kind}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})" for s in self.steps)
         return f"Pipeline({type(self.source).__name__}, seed={self.seed}){names}"
+
+
+def deprecated_as_torch(source: Any) -> Any:
+    """`Pipeline.as_torch()` / `ShardDataset.as_torch()`: a DeprecationWarning, then
+    tensorcom.torch.iterable_dataset(source), reached through the package's public face at call time."""
+    import tensorcom
+
+    warnings.warn(f"{type(source).__name__}.as_torch() is deprecated: use tensorcom.torch.iterable_dataset(...)",
+                  DeprecationWarning, stacklevel=3)
+    return tensorcom.torch.iterable_dataset(source)
 
 
 def _in_torch_worker() -> bool:

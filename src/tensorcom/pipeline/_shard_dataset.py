@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from tensorcom.pipeline._fieldstages import SampleDecoder, kept
-from tensorcom.pipeline._pipeline import Pipeline, _non_negative, _positive
+from tensorcom.pipeline._pipeline import Pipeline, _non_negative, _positive, deprecated_as_torch
 from tensorcom.pipeline.sources import ShardSource
 from tensorcom.shards import OPEN_OPTIONS, SkipCounts
 from tensorcom.checks import near_misses, renamed_option
@@ -135,11 +135,11 @@ class ShardDataset:
             total += sum(self.sizes[i] for i in order)
         return total
 
-    def as_torch(self) -> Any:
-        """This dataset as a torch.utils.data.IterableDataset (imports torch), for DataLoader and
-        torchdata's StatefulDataLoader: each DataLoader worker then reads its own portion of the shards,
-        and the loader's state_dict() holds each worker's position."""
-        from tensorcom._torch_dataset import as_iterable_dataset
+    def handed_to_workers(self) -> None:
+        """Note that this dataset is now iterated by a loader's worker processes (Pipeline.handed_to_workers)."""
+        self.pipeline.handed_to_workers()
 
-        self.pipeline._handed_to_torch = True  # state_dict() here then warns that the position is in the workers
-        return as_iterable_dataset(self)
+    def as_torch(self) -> Any:
+        """Deprecated: `tensorcom.torch.iterable_dataset(dataset)` (each DataLoader worker then reads its
+        own portion of the shards; torchdata's StatefulDataLoader saves each worker's position)."""
+        return deprecated_as_torch(self)

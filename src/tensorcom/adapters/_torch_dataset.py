@@ -1,11 +1,13 @@
-"""`as_iterable_dataset`: any re-iterable as a torch.utils.data.IterableDataset, for DataLoader.
+"""The IterableDataset classes behind tensorcom.torch.iterable_dataset (any re-iterable as a
+torch.utils.data.IterableDataset, for DataLoader) and BatchDataset: `wrapper_class(name)`.
 
-torch is imported only when the function is called. The wrapped object decides how DataLoader
+torch is imported only when a class is first asked for. The wrapped object decides how DataLoader
 workers split the data (a Pipeline, and a ShardDataset through its Pipeline, take the worker's portion
-themselves). When it has `state_dict` / `load_state_dict` (Pipeline, ShardDataset), so has the
-wrapper: torchdata's StatefulDataLoader then calls them in each worker (the state of the worker's
-own iterator) and restores each worker's position, so a resumed loader yields exactly the samples
-the interrupted one had not.
+themselves), and stays a plain iterable: the wrapper is applied here, where torch is used. A source
+with `handed_to_workers()` (Pipeline, ShardDataset) is told that it was handed to a loader. When it
+has `state_dict` / `load_state_dict`, so has the wrapper: torchdata's StatefulDataLoader then calls
+them in each worker (the state of the worker's own iterator) and restores each worker's position, so
+a resumed loader yields exactly the samples the interrupted one had not.
 
 tensorcom.adapters.torch.BatchDataset extends IterableWrapper: converted batches, a device, a stream
 (Connection) as the source, and even ends under torch.distributed.
@@ -18,7 +20,7 @@ from typing import Any, Iterable, Iterator
 _classes: dict[str, type] = {}
 
 
-def _wrapper_class(name: str = "IterableWrapper") -> type:
+def wrapper_class(name: str = "IterableWrapper") -> type:
     """The IterableDataset subclasses ("IterableWrapper", "StatefulWrapper"), defined once on first use."""
     if not _classes:
         from tensorcom.extras import require
@@ -56,15 +58,7 @@ def _wrapper_class(name: str = "IterableWrapper") -> type:
     return _classes[name]
 
 
-def as_iterable_dataset(source: Iterable[Any]) -> Any:
-    """`source` wrapped as a torch IterableDataset; TypeError if it cannot be iterated."""
-    if not hasattr(source, "__iter__"):
-        raise TypeError(f"expected an iterable, got {type(source).__name__}: {source!r}")
-    stateful = hasattr(source, "state_dict") and hasattr(source, "load_state_dict")
-    return _wrapper_class("StatefulWrapper" if stateful else "IterableWrapper")(source)
-
-
 def __getattr__(name: str) -> Any:
     if name in ("IterableWrapper", "StatefulWrapper"):
-        return _wrapper_class(name)
+        return wrapper_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
