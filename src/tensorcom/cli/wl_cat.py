@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tensorcom.cli import common, wlcommon
 from tensorcom.cli.common import entry_point
-from tensorcom.errors import SampleError
+from tensorcom.fieldspec import pick_field
 
 
 def parse(argv: list[str] | None):
@@ -27,12 +27,8 @@ def main(argv: list[str] | None = None) -> int:
                                    require_end_blocks=args.require_end_blocks), None)
     if sample is None:
         raise ValueError(f"{args.url} has no sample after skipping {args.skip}")
-    found = wlcommon.getfirst(sample, args.field)
-    if found is None:
-        fields = sorted(k for k in sample if not k.startswith("__"))
-        raise SampleError(f"sample {sample.get('__key__')!r} has no field {args.field!r} (it has {fields})",
-                          url=sample.get("__url__"))
+    value = pick_field(sample, args.field)  # SampleError naming a missing field
     out = wlcommon.stdout_binary()
-    out.write(wlcommon.field_bytes(found[1]))
+    out.write(wlcommon.field_bytes(value))
     out.flush()
     return 0

@@ -13,6 +13,7 @@ import sys
 
 from tensorcom.cli import wlcommon
 from tensorcom.cli.common import entry_point
+from tensorcom.fieldspec import Field, field_text, find_field
 
 
 def parse(argv: list[str] | None):
@@ -30,12 +31,12 @@ def parse(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def extract(sample: dict, fields: list[str]) -> dict[str, object]:
+def extract(sample: dict, fields: tuple[Field, ...]) -> dict[str, object]:
     """field spec → printable value (None when missing) for one raw sample."""
     out: dict[str, object] = {}
-    for spec in fields:
-        found = wlcommon.getfirst(sample, spec)
-        out[spec] = None if found is None else _value(sample, *found)
+    for field in fields:
+        found = find_field(sample, field)  # a missing field prints as --missing / null
+        out[field_text(field)] = None if found is None else _value(sample, *found)
     return out
 
 
@@ -66,7 +67,7 @@ def tsv_cell(value: object, missing: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print the chosen fields of each sample of URL on stdout."""
     args = parse(argv)
-    fields = wlcommon.parse_fields(args.fields) or ["__key__"]
+    fields = wlcommon.parse_fields(args.fields) or (("__key__",),)
     as_json = args.json or args.format == "json"
     for sample in wlcommon.samples(args.url, skip=args.skip, count=args.count,
                                    require_end_blocks=args.require_end_blocks):

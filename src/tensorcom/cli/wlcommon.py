@@ -1,8 +1,10 @@
 """What the wl-* tools share: the URL argument, field specs, reading samples, writing output shards,
 and turning decoded values into printable ones.
 
-Field specs follow WebLoader: several fields separated by commas or spaces (`-f "__key__ cls"`),
-alternatives within one field separated by semicolons (`jpg;png`: the first one the sample has).
+Field specs are tensorcom.fieldspec's, as WebLoader wrote them: several fields separated by commas
+or spaces (`-f "__key__ cls"`), alternatives within one field separated by semicolons (`jpg;png`: the
+first one the sample has). A sample that lacks a chosen field is an error (SampleError) unless the
+tool explicitly asks to skip it (select_fields(..., missing="skip", counts=...)).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import itertools
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
+from tensorcom import fieldspec
 from tensorcom.cli import common
 from tensorcom.errors import ShardError, TensorcomError
+from tensorcom.fieldspec import Field
 from tensorcom.progress import Progress
 
 SAMPLE_NOT_WRITTEN = ("__url__", "__local_path__", "__shard__", "__index__")
@@ -66,34 +70,20 @@ def add_range_args(parser: argparse.ArgumentParser, count_default: int | None = 
                         help="number of samples to skip first (default: 0)")
 
 
-def parse_fields(values: list[str] | None) -> list[str] | None:
-    """Field specs from the command line (each may hold several, comma or space separated) → list.
-
-    None or an empty result means "all fields".
-    """
-    if not values:
-        return None
-    fields = [part for value in values for part in value.replace(",", " ").split()]
-    return fields or None
+def parse_fields(values: list[str] | None) -> tuple[Field, ...] | None:
+    """Field specs from the command line (each may hold several) → parsed fields (tensorcom.fieldspec),
+    or None ("all fields") when no option was given."""
+    return None if not values else fieldspec.parse_fields(values, "--fields")
 
 
-def getfirst(sample: dict, spec: str) -> tuple[str, Any] | None:
-    """(extension, value) of the first alternative of `spec` ("jpg;png") present in `sample`, or None."""
-    from tensorcom.shards import find_field
-
-    return find_field(sample, spec)
-
-
-def select_fields(sample: dict, fields: list[str] | None) -> dict:
-    """The sample restricted to `fields` (with __key__ and __url__ kept); all of it when fields is None."""
+def select_fields(sample: dict, fields: tuple[Field, ...] | None, missing: str = "raise",
+                  counts: dict | None = None) -> dict:
+    """The sample restricted to `fields`, each under the name the sample has ("png" for "jpg;png"), with
+    __key__ and __url__ kept; all of it when fields is None. A missing field raises SampleError unless
+    `missing="skip"` (then it is left out and counted in `counts`): tensorcom.fieldspec.select_fields."""
     if fields is None:
         return dict(sample)
-    chosen = {k: sample[k] for k in ("__key__", "__url__") if k in sample}
-    for spec in fields:
-        found = getfirst(sample, spec)
-        if found is not None:
-            chosen[found[0]] = found[1]
-    return chosen
+    return fieldspec.select_fields(sample, fields, missing=missing, counts=counts, keys="found")
 
 
 def samples(url: str, skip: int = 0, count: int | None = None, handler: Any = None,

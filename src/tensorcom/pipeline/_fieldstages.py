@@ -8,8 +8,8 @@
 
 Each is a small picklable object applied to one sample at a time, so these stages run wherever a
 map runs (threads, processes, `parallel`) and hold no state of their own. Decoding is
-tensorcom.shards.fields.Decoder (one decoder per format); "jpg;png" alternatives are picked by
-tensorcom.shards.pick_field, the package's one field picker.
+tensorcom.shards.fields.Decoder (one decoder per format); field names and "jpg;png" alternatives are
+parsed and looked up by tensorcom.fieldspec, with its one missing-field rule (SampleError).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensorcom.errors import SampleError
-from tensorcom.shards import pick_field
+from tensorcom.fieldspec import field_names, find_field, missing_field, one_field, pick_field
 from tensorcom.shards.fields import Decoder
 from tensorcom.shards.handlers import Handler, SkipCounts, handle
 
@@ -61,10 +61,10 @@ class Renamer:
     dropped); `keep=False` keeps only the new ones and `__key__` / `__url__`."""
 
     def __init__(self, spec: dict[str, str], keep: bool = True):
-        if not spec or not all(isinstance(v, str) and v.strip(";") for v in spec.values()):
+        if not spec or not all(isinstance(v, str) for v in spec.values()):
             raise ValueError(f"rename needs new=\"old1;old2\" pairs, got {spec!r}")
-        self.spec, self.keep = dict(spec), keep
-        self.old = {name for value in spec.values() for name in value.split(";")}
+        self.spec, self.keep = {new: one_field(old) for new, old in spec.items()}, keep
+        self.old = field_names(self.spec.values())
 
     def __call__(self, sample: dict) -> dict:
         sample = _require_dict(sample, "rename")
@@ -92,11 +92,10 @@ class DictMapper:
     def __call__(self, sample: dict) -> dict:
         result = dict(_require_dict(sample, "map_dict"))
         for name, fn in self.fns.items():
-            if name not in result:
-                present = sorted(k for k in result if not str(k).startswith("__"))
-                raise SampleError(f"sample {result.get('__key__')!r} has no field {name!r} (it has {present})",
-                                  url=result.get("__url__"))
-            result[name] = fn(result[name])
+            found = find_field(result, (name,))
+            if found is None:
+                raise missing_field(result, (name,))
+            result[found[0]] = fn(found[1])
         return result
 
     def __repr__(self) -> str:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from tensorcom.batch import default_collate
+from tensorcom.fieldspec import parse_fields
 from tensorcom.pipeline._chain import build_chain, chain_length
 from tensorcom.pipeline._fieldstages import DictMapper, Renamer, SampleDecoder, TupleMapper, kept
 from tensorcom.pipeline._node import Node
@@ -71,12 +72,6 @@ def _callable(name: str, value: Any) -> Callable:
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {type(value).__name__}: {value!r}")
     return value
-
-
-def _field_names(method: str, fields: tuple) -> tuple:
-    if not fields or not all(isinstance(f, str) and f for f in fields):
-        raise ValueError(f"{method} needs one or more field names, got {fields!r}")
-    return fields
 
 
 def _checked_options(cls: type) -> type:
@@ -170,12 +165,14 @@ class Pipeline:
         return self._then("filter", predicate=_callable("predicate", predicate))
 
     def select(self, *fields: str) -> Pipeline:
-        """Keep only these fields of dict samples (plus `__key__`); "jpg;png" takes the first present."""
-        return self._then("select", fields=_field_names("select", fields))
+        """Keep only these fields of dict samples (plus `__key__` and `__url__`), each under its first
+        name; fields as tensorcom.fieldspec parses them ("jpg;png cls"). SampleError for a missing one."""
+        return self._then("select", fields=parse_fields(fields, "select"))
 
     def to_tuple(self, *fields: str) -> Pipeline:
-        """Turn dict samples into tuples of these fields; "jpg;png" takes the first present."""
-        return self._then("to_tuple", fields=_field_names("to_tuple", fields))
+        """Turn dict samples into tuples of these fields, as tensorcom.fieldspec parses them: "jpg;png"
+        takes the first present, "jpg;png cls" (or "jpg,cls") names two. SampleError for a missing one."""
+        return self._then("to_tuple", fields=parse_fields(fields, "to_tuple"))
 
     def shuffle(self, bufsize: int) -> Pipeline:
         """Shuffle through a buffer of `bufsize` samples (reproducible per seed and epoch)."""

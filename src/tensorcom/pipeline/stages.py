@@ -5,7 +5,7 @@
     Batched(up, size, partial, collate)   collate(list of `size` samples)
     Unbatched(up)                    the rows of each batch (tensorcom.batch.rows, the inverse of collate)
     Repeated(build, epochs, first)   the chain build(first), build(first + 1), ... one after the other
-    FieldSelector(fields), FieldTuple(fields)   the functions of select() / to_tuple() ("jpg;png")
+    FieldSelector(spec), FieldTuple(spec)       the functions of select() / to_tuple() ("jpg;png cls")
 
 The shuffle buffer is tensorcom.pipeline._shuffle, the stages that run on worker threads or processes
 tensorcom.pipeline._pooled, take/slice tensorcom.pipeline._sliced. A sample is whatever the source yields: usually a dict (`"__key__"` plus
@@ -18,13 +18,13 @@ Class names end in -ed on purpose: nothing here shadows the builtins `map`, `fil
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from tensorcom.batch import default_collate, rows
+from tensorcom.fieldspec import Spec, parse_fields, pick_fields, select_fields
 from tensorcom.pipeline._node import Node, State, upstream_state
-from tensorcom.shards import pick_field
 
 Sample = Any
 Collate = Callable[[list], Any]
@@ -202,27 +202,24 @@ class Repeated(Node):
 
 
 class FieldSelector:
-    """dict samples → dicts with only `fields` (each may list alternatives "jpg;png", stored under its
-    first name) plus `__key__` when present. SampleError names a sample lacking a field."""
+    """dict samples → dicts with only the fields of `spec` (tensorcom.fieldspec: "jpg;png cls"), each
+    under its first name, plus `__key__` / `__url__` when present; SampleError names a missing field."""
 
-    def __init__(self, fields: Sequence[str]):
-        self.fields = tuple(fields)
+    def __init__(self, spec: Spec):
+        self.fields = parse_fields(spec)
 
     def __call__(self, sample: dict) -> dict:
-        out = {spec.split(";")[0]: pick_field(sample, spec) for spec in self.fields}
-        if "__key__" in sample:
-            out["__key__"] = sample["__key__"]
-        return out
+        return select_fields(sample, self.fields)
 
 
 class FieldTuple:
-    """dict samples → tuple of `fields` (each may list alternatives "jpg;png")."""
+    """dict samples → tuple of the fields of `spec` (tensorcom.fieldspec: "jpg;png cls")."""
 
-    def __init__(self, fields: Sequence[str]):
-        self.fields = tuple(fields)
+    def __init__(self, spec: Spec):
+        self.fields = parse_fields(spec)
 
     def __call__(self, sample: dict) -> tuple:
-        return tuple(pick_field(sample, spec) for spec in self.fields)
+        return pick_fields(sample, self.fields)
 
 
 def striding(source: Iterable[Sample], worker: int, num_workers: int) -> Iterator[Sample]:

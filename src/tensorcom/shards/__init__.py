@@ -2,7 +2,8 @@
 
     samples(urls, ...)          raw samples {"__key__", "__url__", ext: bytes} in shard order (a ShardReader:
                                 an iterator with state_dict() / load_state_dict())
-    decode_sample / encode_sample / to_tuple    fields by extension (see tensorcom.shards.fields)
+    decode_sample / encode_sample               fields by extension (see tensorcom.shards.fields)
+    to_tuple / find_field / pick_field          fields by name, "jpg;png" alternatives (tensorcom.fieldspec)
     TarWriter / ShardWriter     writers (see tensorcom.shards.writers)
     reraise_exception / warn_and_continue / ignore_and_continue   bad-data policies for handler=
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tensorcom.checks import near_misses, renamed_option
-from tensorcom.shards._pick import find_field, pick_field
+from tensorcom.fieldspec import find_field, parse_fields, pick_field, pick_fields
 from tensorcom.shards._reading import OPEN_OPTIONS, ShardReader
 from tensorcom.shards.fields import decode_image, decode_sample, encode_sample
 from tensorcom.shards.handlers import Handler, SkipCounts, ignore_and_continue, reraise_exception, warn_and_continue
@@ -61,12 +62,7 @@ def samples(urls: str | Sequence[str], *, handler: Handler | None = None, shuffl
 
 
 def to_tuple(sample: dict[str, Any], *fields: str) -> tuple:
-    """The values of `fields` in order; a field "jpg;png" takes the first alternative present, and a
-    single argument "jpg;png cls" is split on spaces. Raises SampleError naming the missing field."""
-    if len(fields) == 1 and " " in fields[0].strip():
-        fields = tuple(fields[0].split())
-    if not fields:
-        raise ValueError("to_tuple needs at least one field name")
-    return tuple(pick_field(sample, field) for field in fields)
-
-
+    """The values of `fields` in order, as tensorcom.fieldspec parses them: "jpg;png" takes the first
+    alternative present, "jpg;png cls" (or "jpg,cls") names two fields. SampleError naming a missing
+    field (with its alternatives and the sample's key and URL); ValueError for no fields."""
+    return pick_fields(sample, parse_fields(fields, "to_tuple"))
