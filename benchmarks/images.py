@@ -6,7 +6,7 @@ Compares, in the same run and on the same bytes:
               libjpeg-turbo decode, crop cut out inside one antialiased bilinear Pillow resize
   tc+torch    the same with backend="torch": torch's uint8 AVX2 resize, torch on one thread (what
               images.init_worker() sets up in a loader worker process; "auto" then picks it)
-  (region)    rows marked "region" decode only the crop's region (tensorcom.images._region; needs a
+  (region)    rows marked "region" decode only the crop's region (tensorcom._jpegcrop; needs a
               libturbojpeg 3, e.g. `pip install turbojpeg`); the others decode the whole image
   eval        tensorcom.images.eval_transform(224, 256) (fused resize + center crop)
   decode      a plain full-size simplejpeg decode (what decoding alone costs; no augmentation)
@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from tensorcom import images
-from tensorcom.images import _region as tjcrop
+from tensorcom import _jpegcrop as tjcrop
 
 
 def make_jpegs(count: int, width: int, height: int, seed: int = 0) -> list[bytes]:

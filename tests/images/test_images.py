@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tensorcom import images
+from tensorcom import _jpegcrop as tjcrop
+from tensorcom import imagecodec, images
 from tensorcom.errors import SampleError, TensorcomError
-from tensorcom.images import _region as tjcrop
-from tensorcom.images import codec as imagecodec
 from tensorcom.images import resample
 
 
@@ -340,7 +339,7 @@ def test_auto_backend_uses_torch_only_after_init_worker(small_jpeg, tmp_path):
     assert (before, enabled, after) == ("False", "True", "True") and float(diff) < 1.0
 
 
-# --- partial decoding (tensorcom.images._region; only where a libturbojpeg 3 is installed) --------------
+# --- partial decoding (tensorcom._jpegcrop; only where a libturbojpeg 3 is installed) --------------
 
 needs_tjcrop = pytest.mark.skipif(not tjcrop.available(), reason="no libturbojpeg 3 (pip install turbojpeg)")
 

@@ -94,7 +94,7 @@ def test_jpeg_fast_path_agrees_with_pillow():
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="unknown image mode"):
+    with pytest.raises(ValueError, match="image mode must be one of .*got 'rgb9'; did you mean 'rgb"):
         decode_image(b"", "rgb9")
     with pytest.raises(SampleError):
         decode_image(b"not an image", "rgb8")
@@ -192,17 +192,26 @@ def test_custom_handlers_are_tried_in_order():
 
 
 def test_one_jpeg_decoder_behind_every_entry_point():
-    """fields.decode_image, decode_field, Decoder, images.decode and the crop path's open_scaled are one
-    implementation: the same pixels, to the byte."""
-    from tensorcom import images
-    from tensorcom.images import codec as image_codec
-    from tensorcom.shards import imagecodec
+    """fields.decode_image, decode_field, Decoder, images.decode and the crop path's open_scaled and
+    open_region are one implementation (tensorcom.imagecodec): the same pixels, to the byte."""
+    from tensorcom import imagecodec, images
+    from tensorcom.images import augment
 
     data = encode_image(smooth_image(96, 128), "jpg")
     reference = decode_image(data, "rgb8")
     for pixels in (images.decode(data), decode_field("jpg", data), Decoder("rgb8")(
-            {"__key__": "k", "jpg": data})["jpg"], image_codec.open_scaled(data)[0],
-            image_codec.open_region(data, (0, 0, 128, 96))[0]):
+            {"__key__": "k", "jpg": data})["jpg"], imagecodec.open_scaled(data)[0],
+            imagecodec.open_region(data, (0, 0, 128, 96))[0]):
         np.testing.assert_array_equal(pixels, reference)
     np.testing.assert_array_equal(images.decode(data, "l8"), decode_image(data, "l8"))
-    assert image_codec.open_scaled is imagecodec.open_scaled and image_codec.image_size is imagecodec.image_size
+    assert decode_image is imagecodec.decode_image and images.decode is imagecodec.decode
+    assert augment.imagecodec is imagecodec  # the crop path decodes through the same module
+
+
+def test_one_answer_for_a_bad_image_mode():
+    """images.decode and decode_image (fields, pipelines) refuse a bad mode with the same words."""
+    from tensorcom import images
+
+    for decode in (images.decode, decode_image):
+        with pytest.raises(ValueError, match="image mode must be one of .*got 'rgb9'; did you mean 'rgb"):
+            decode(b"", "rgb9")

@@ -1,6 +1,7 @@
 """Image decoding and augmentation for training pipelines, and ImageFolder trees.
 
-    decode(data, mode="rgb8")                  bytes -> HWC uint8 ("l8": HW gray; "rgb": float32)
+    decode(data, mode="rgb8")                  bytes -> HWC uint8 ("l8": HW gray; "rgb": float32), by
+                                               tensorcom.imagecodec (the package's one pixel codec)
     RandomResizedCrop(224)(data, rng)          bytes or array -> (224, 224, 3) uint8, crop-aware decode
     hflip(image, rng, p=0.5)                   mirror left-right with probability p
     resize(image, shorter_side)                antialiased bilinear resize of the shorter side
@@ -16,7 +17,7 @@
 
 Speed: the crop is chosen from the JPEG header first; libjpeg-turbo then decodes at the smallest DCT
 scale (1, 1/2, 1/4, 1/8) that covers it at the output size (simplejpeg), and only the crop's region
-when a libturbojpeg 3 is installed (tensorcom.images._region; `pip install turbojpeg`); one antialiased
+when a libturbojpeg 3 is installed (tensorcom._jpegcrop; `pip install turbojpeg`); one antialiased
 bilinear resize cuts the crop out: Pillow's, or torch's (4x faster) in worker processes that called
 init_worker() (see tensorcom.images.resample). Randomness comes only from the `rng` arguments; transforms
 are picklable. Undecodable bytes raise tensorcom.errors.SampleError.
@@ -24,6 +25,7 @@ are picklable. Undecodable bytes raise tensorcom.errors.SampleError.
 
 from __future__ import annotations
 
+from tensorcom.imagecodec import MODES, decode, image_size
 from tensorcom.images.augment import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -37,7 +39,6 @@ from tensorcom.images.augment import (
     resize,
     train_transform,
 )
-from tensorcom.images.codec import MODES, decode, image_size
 from tensorcom.images.folder import IMG_EXTENSIONS, ImageFolder, ImageFolderSource, image_folder_root
 from tensorcom.images.imagenet import dir_pipeline, shards_pipeline
 from tensorcom.images.resample import BACKENDS, init_worker

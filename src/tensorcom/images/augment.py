@@ -2,8 +2,8 @@
 
 Every random choice comes from the `rng` (a numpy Generator) passed in, so a seeded generator
 reproduces the same outputs. Given encoded bytes, the crop is chosen first from the header's size,
-the image (or only the crop's region, where tensorcom.images._region can) is decoded at the smallest DCT
-scale that still covers the crop at the output size (imagecodec.open_region), and the crop is cut
+the image (or only the crop's region, where tensorcom._jpegcrop can) is decoded at the smallest DCT
+scale that still covers the crop at the output size (tensorcom.imagecodec.open_region), and the crop is cut
 out inside one antialiased bilinear resize (tensorcom.images.resample).
 """
 
@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
+from tensorcom import imagecodec
 from tensorcom.checks import positive
-from tensorcom.images import codec as imagecodec
 from tensorcom.images.resample import check_backend, resize_box
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

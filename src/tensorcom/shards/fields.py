@@ -6,11 +6,11 @@
     mp msgpack msg                      msgpack value
     npy / npz                           ndarray / dict of ndarrays (never pickled objects)
     ten tenbin tb                       list of ndarrays (tenbin buffer)
-    jpg jpeg png ppm pgm pbm webp tif tiff bmp   image: see tensorcom.shards.imagecodec's modes
+    jpg jpeg png ppm pgm pbm webp tif tiff bmp   image: see tensorcom.imagecodec's modes
     pyd pickle pkl / pth                pickle / torch.save: only with allow_pickle=True, else left as bytes
     X.gz                                gzip'ed X: decompressed, then decoded as X (the field keeps its name)
 
-Anything else stays bytes. Images decode through tensorcom.shards.imagecodec (the package's one
+Anything else stays bytes. Images decode through tensorcom.imagecodec (the package's one
 decoder per image format). `Decoder` decodes samples WebDataset-style, with a list of handlers.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from tensorcom.errors import MissingDependency, SampleError
-from tensorcom.shards.imagecodec import IMAGE_MODES, decode_image, encode_image, image_mode
+from tensorcom.imagecodec import IMAGE_MODES, decode_image, encode_image, image_mode
 
-__all__ = [  # decode_image, encode_image and IMAGE_MODES are tensorcom.shards.imagecodec's, for callers here
+__all__ = [  # decode_image, encode_image and IMAGE_MODES are tensorcom.imagecodec's, for callers here
     "DECODERS", "ENCODERS", "IMAGE_EXTS", "IMAGE_MODES", "Decoder", "ExtensionHandler", "ImageHandler",
     "decode_field", "decode_image", "decode_sample", "encode_field", "encode_image", "encode_sample",
     "handle_extension",

@@ -1,19 +1,29 @@
-"""Image bytes ⇄ pixels: the package's one decoder (and encoder) per image format.
+"""Image bytes ⇄ pixels: the package's one decoder (and encoder) per image format, a codec like tenbin.
 
 JPEGs go through simplejpeg (libjpeg-turbo's TurboJPEG API), which can also decode at 1/2, 1/4 or
 1/8 of the full size for a fraction of the cost; everything else (PNG, CMYK JPEG, GIF, WebP, ...)
 goes through Pillow (whose JPEG path, used as a fallback, is also libjpeg-turbo, with `draft`
 scaling). Only power-of-two scales are used: libjpeg-turbo's other M/8 scales have no SIMD kernels
-and decode slower than the full image. Both libraries are imported on first use.
+and decode slower than the full image. `open_region` decodes only a crop's region of a JPEG where a
+libturbojpeg 3 is installed (tensorcom._jpegcrop; PyPI `turbojpeg` bundles one), else the whole
+image at the smallest scale that covers the crop. Pillow and simplejpeg are imported on first use.
 
-Every other entry point decodes through this module: `fields.decode_field` for sample fields,
-`tensorcom.images.decode` and the crop-aware augmentations of the images layer (which add region
-decoding on top of `open_scaled`). Every failure to decode raises `tensorcom.errors.SampleError`
-saying what the bytes looked like.
+Why in the pure base: the shards layer decodes sample fields (`fields.decode_field`, `.decode("rgb8")`
+in pipelines) and the images layer decodes for its augmentations and `tensorcom.images.decode`; the
+shards layer comes before the images layer, so the one codec both use sits before both, as tenbin
+does for arrays. It takes bytes and gives arrays (or PIL images, torch tensors on request) and knows
+nothing of shards, samples or pipelines. Every failure to decode raises
+`tensorcom.errors.SampleError` saying what the bytes looked like.
 
-Modes of `decode_image` (IMAGE_MODES): "rgb8" HWC uint8, "rgb" / "numpy" HWC float32 in [0, 1],
-"l8" / "l" HW gray, "rgba8" / "rgba"; "pil" / "pilrgb" / "pill" / "pilrgba" PIL images; "torch" /
-"torchrgb" CHW float32 tensors in [0, 1], "torchrgb8" CHW uint8, "torchl8" / "torchl" (1, H, W).
+    decode_image(data, mode)   any of IMAGE_MODES: "rgb8" HWC uint8, "rgb" / "numpy" HWC float32 in
+                               [0, 1], "l8" / "l" HW gray, "rgba8" / "rgba"; "pil" / "pilrgb" / "pill"
+                               / "pilrgba" PIL images; "torch" / "torchrgb" CHW float32 tensors in
+                               [0, 1], "torchrgb8" CHW uint8, "torchl8" / "torchl" (1, H, W)
+    decode(data, mode)         the array modes only (MODES): tensorcom.images.decode
+    encode_image(image, ext)   an array or PIL image -> bytes of the format `ext` names
+    image_size(data)           (width, height) from the header
+    open_scaled(data, needed)  decoded at the smallest DCT scale >= needed, and the full size
+    open_region(data, box, needed)   just enough of `data` to cover `box`
 """
 
 from __future__ import annotations
@@ -24,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorcom.checks import did_you_mean
+from tensorcom import _jpegcrop
+from tensorcom.checks import choice
 from tensorcom.errors import SampleError
 from tensorcom.extras import require
 
@@ -38,6 +49,7 @@ IMAGE_MODES: dict[str, tuple[str, str]] = {
 }
 PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "ppm": "PPM", "pgm": "PPM", "pbm": "PPM",
                "webp": "WEBP", "tif": "TIFF", "tiff": "TIFF", "bmp": "BMP"}
+MODES = ("rgb8", "rgba8", "l8", "rgb", "rgba", "l")  # the array modes of decode()
 DCT_SCALES = (1.0, 0.5, 0.25, 0.125)
 _JPEG_MAGIC = b"\xff\xd8"
 
@@ -153,13 +165,25 @@ def open_scaled(data: bytes, needed: float = 1.0, gray: bool = False
     return (arr[:, :, 0] if gray else arr), header[:2]
 
 
+def open_region(data: bytes, box: tuple[float, float, float, float], needed: float = 1.0,
+                gray: bool = False) -> tuple[np.ndarray, tuple[float, float, float, float]]:
+    """Decode enough of `data` to cover `box` (left, top, right, bottom in full-size pixels) at the
+    smallest DCT scale >= `needed`: just the region where libjpeg-turbo 3 is available (_jpegcrop),
+    else the whole image. Returns (HWC uint8 RGB array, HW with `gray`; the box in its coordinates).
+    """
+    scale = pick_scale(needed)
+    if jpeg_header(data) is not None and _jpegcrop.available():
+        region = _jpegcrop.decode_region(data, box, scale, gray)
+        if region is not None:
+            return region
+    arr, full = open_scaled(data, needed, gray)
+    sx, sy = arr.shape[1] / full[0], arr.shape[0] / full[1]
+    return arr, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
+
+
 def image_mode(mode: str) -> tuple[str, str]:
-    """(kind, PIL mode) of an IMAGE_MODES name; ValueError naming `mode` and the choices otherwise."""
-    try:
-        return IMAGE_MODES[mode]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown image mode {mode!r}{did_you_mean(mode, IMAGE_MODES)}; use one of "
-                         f"{sorted(IMAGE_MODES)}") from None
+    """(kind, PIL mode) of an IMAGE_MODES name; ValueError naming `mode`, the choices and the closest."""
+    return IMAGE_MODES[choice("image mode", mode, IMAGE_MODES)]
 
 
 def decode_image(data: bytes, mode: str = "rgb8") -> Any:
@@ -182,6 +206,17 @@ def decode_image(data: bytes, mode: str = "rgb8") -> Any:
         chw = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
         return torch.from_numpy(np.ascontiguousarray(chw))
     return array
+
+
+def decode(data: bytes, mode: str = "rgb8") -> np.ndarray:
+    """Decode image bytes (JPEG, PNG, anything Pillow reads) into a numpy array at full size, as
+    decode_image does for the array modes (MODES): "rgb8" HWC uint8, "rgba8" HWC uint8 with alpha,
+    "l8" HW uint8 gray; "rgb", "rgba", "l" the same as float32 in [0, 1]. Raises SampleError for
+    undecodable bytes, ValueError for another mode, TypeError for anything but bytes."""
+    choice("image mode", mode, MODES)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"decode() takes image bytes, not {type(data).__name__}")
+    return decode_image(bytes(data), mode)
 
 
 def encode_image(image: Any, ext: str = "png", quality: int = 95) -> bytes:

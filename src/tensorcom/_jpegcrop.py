@@ -1,4 +1,5 @@
-"""Partial JPEG decoding: only a crop's region, through libjpeg-turbo 3's TurboJPEG API (ctypes).
+"""Partial JPEG decoding for tensorcom.imagecodec.open_region: only a crop's region, through
+libjpeg-turbo 3's TurboJPEG API (ctypes).
 
 `tj3SetCroppingRegion` makes libjpeg-turbo skip the IDCT and colour conversion of the columns left
 and right of a region and stop after its last row; for RandomResizedCrop-sized regions that decodes
