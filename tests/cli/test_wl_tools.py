@@ -226,7 +226,7 @@ def test_test_counts_samples_and_bytes(popen, data, extra):
     report = json.loads(result.stdout)
     assert report["samples"] == NSAMPLES
     assert report["bytes"] == sum(len(v) for s in raw for k, v in s.items() if not k.startswith("__"))
-    assert report["samples_per_s"] > 0 and report["mb_per_s"] > 0
+    assert report["samples_per_s"] > 0 and report["MB_per_s"] > 0
 
 
 def processes_with_marker(marker: str) -> list[int]:

@@ -61,10 +61,10 @@ def read_parallel(url: str, image: str, count: int | None, processes: int) -> tu
 
 
 def rates(nsamples: int, nbytes: int, seconds: float) -> dict[str, float]:
-    """The report: samples, bytes, seconds, samples_per_s, mb_per_s."""
+    """The report: samples, bytes, seconds, samples_per_s, MB_per_s."""
     seconds = max(seconds, 1e-9)
     return {"samples": nsamples, "bytes": nbytes, "seconds": round(seconds, 4),
-            "samples_per_s": round(nsamples / seconds, 1), "mb_per_s": round(nbytes / seconds / 1e6, 2)}
+            "samples_per_s": round(nsamples / seconds, 1), "MB_per_s": round(nbytes / seconds / 1e6, 2)}
 
 
 @entry_point
@@ -82,6 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         print(f"samples {nsamples}  bytes {nbytes}  seconds {result['seconds']:.3f}  "
-              f"samples/s {result['samples_per_s']:.1f}  MB/s {result['mb_per_s']:.2f}  "
+              f"samples/s {result['samples_per_s']:.1f}  MB/s {result['MB_per_s']:.2f}  "
               f"(decode {args.decode}, processes {args.processes})")
     return 0
