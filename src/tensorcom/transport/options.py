@@ -42,8 +42,9 @@ def check_seconds(name: str, value: Any) -> None:
 @dataclass(frozen=True)
 class PassOptions:
     """What one pass is: at most `epoch` batches (`len(conn)`), `total` samples over the connection's
-    life when > 0, a statistics line every `report` samples when > 0, `stats_horizon` batches in the
-    recent rates, and samples counted by rows (`batch_count`) or one per batch."""
+    life when > 0, a statistics line every `report` samples when > 0, `stats_horizon` (0.1's message
+    count for its recent rates: checked, otherwise unused; rates are over the window of
+    tensorcom.rates), and samples counted by rows (`batch_count`) or one per batch."""
 
     epoch: int = 100000
     total: int = -1
