@@ -102,6 +102,11 @@ def test_rate_report_is_due_from_the_first_batch():
     clock.now = 7.0
     report.maybe_report(lambda: report.stats((5, 15)), str)
     assert reports == [{"batches": 5, "samples": 15, "seconds": 7.0, "batches_per_s": 2.5, "samples_per_s": 7.5}]
+    never = RateReport(every=0, on_report=reports.append, clock=clock)
+    never.add((1, 1))
+    clock.now = 100.0
+    never.maybe_report(lambda: never.stats((1, 1)), str, force=True)
+    assert len(reports) == 1  # report=0: no reports at all
 
 
 def test_rate_report_prints_a_line_and_the_consumers(capsys):
