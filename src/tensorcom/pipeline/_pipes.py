@@ -8,8 +8,8 @@ several times, and a multiprocessing Connection twice on receipt). Pipes are wid
 OS allows it, so a typical batch passes in few system calls.
 
 `BufferedSender` puts a bounded queue and a thread in front of a worker's pipe, so the worker
-computes ahead while the consumer is busy. `ResultPipes.get` waits on every pipe and every worker's process sentinel at once, so a worker that
-dies is noticed as soon as the OS reports it.
+computes ahead while the consumer is busy. The parent's side of the pipes, and of the processes
+behind them, is the process owner's (tensorcom.pipeline.processes).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import pickle
 import queue
 import threading
 from array import array
-from collections import deque
-from multiprocessing import connection as mpc
 from typing import Any, Callable
 
 PIPE_SIZE = 1 << 20
@@ -155,34 +153,3 @@ def receive(stream: io.FileIO) -> Any:
 def stream_of(reader: Any) -> io.FileIO:
     """A raw binary stream over `reader`'s descriptor (left open when the stream goes), for `receive`."""
     return io.FileIO(reader.fileno(), "rb", closefd=False)
-
-
-class ResultPipes:
-    """The parent's end of every worker's pipe, plus the workers' sentinels."""
-
-    def __init__(self, readers: list, sentinels: list, on_death: Callable[[], None]):
-        self.readers = readers
-        self.streams = {id(r): stream_of(r) for r in readers}
-        self.sentinels = sentinels
-        self.on_death = on_death  # raises (WorkerDied) when a worker has ended
-        self.ready: deque = deque()
-
-    def get(self, timeout: float) -> Any:
-        """The next object from any worker; None after `timeout` seconds with nothing to read."""
-        if not self.ready:
-            found = mpc.wait(self.readers + self.sentinels, timeout)
-            self.ready.extend(r for r in found if r in self.readers)
-            if len(self.ready) < len(found):
-                self.on_death()  # a sentinel fired: a worker ended
-        if not self.ready:
-            return None
-        reader = self.ready.popleft()
-        try:
-            return receive(self.streams[id(reader)])
-        except EOFError:
-            self.on_death()
-            raise
-
-    def close(self) -> None:
-        for reader in self.readers:
-            reader.close()

@@ -9,7 +9,8 @@ Messages. Every worker runs the one worker loop (tensorcom.pipeline._loop). The 
 generator from `WorkerPool.map`) puts tasks `((generation, position), position, (generation,
 position, sample, rng_key))` on an input queue (the payload pickled here for processes); the loop
 answers `("item", (generation, position), result)` or `("error", ..., Failure)` (no "end":
-one task, one answer) — on a queue for threads, on its own pipe for processes (tensorcom.pipeline._pipes). Each
+one task, one answer) — on a queue for threads, on its own pipe for processes (the process owner,
+tensorcom.pipeline.processes). Each
 map bumps the pool's generation, so tasks left by a consumer that gave up are skipped and their
 results ignored. At most `buffer` samples are between the source and the consumer at any time, so
 memory stays bounded whatever the speed of either side. `prefetching` runs the same loop in a thread
@@ -27,26 +28,23 @@ even a SIGKILL of the parent leaves no orphan.
 Errors. A failing `fn` becomes `errors.WorkerError` in the consumer (from the worker's
 _failure.Failure: its traceback and the sample's `__key__`); with ordered=True the first failure in
 source order is raised, after every result before it, as a sequential map would. A worker process
-that dies without reporting (signal, os._exit) becomes `errors.WorkerDied` within `POLL` seconds.
+that dies without reporting (signal, os._exit) becomes `errors.WorkerDied` naming its exit status or
+signal as soon as its pipe closes.
 """
 
 from __future__ import annotations
 
 import functools
-import multiprocessing
-import os
 import pickle
 import queue
 import threading
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
-from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.pipeline import _pipes as procpipe
+from tensorcom.errors import WorkerError
 from tensorcom.pipeline._failure import Failure, died
 from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
-from tensorcom.pipeline._semaphores import Handover
-from tensorcom.pipeline._watch import enter_worker_process
+from tensorcom.pipeline.processes import Entry, Processes
 from tensorcom.pipeline.stages import RngKey, call, sample_key
 
 
@@ -61,14 +59,6 @@ def map_task(fn: Callable, current: Any, payload: Any) -> tuple:
     longer `current.value`. A payload from the parent of a process arrives pickled."""
     generation, position, sample, rng_key = pickle.loads(payload) if isinstance(payload, bytes) else payload
     return (call(fn, sample, rng_key, position),) if generation == current.value else ()
-
-
-def process_main(fn: Callable, inq: Any, writer: Any, stop: Any, current: Any, ident: int, parent_pid: int) -> None:
-    """Entry point of a worker process: ignore Ctrl-C, watch the parent, run the worker loop with
-    answers going to `writer` (this worker's pipe to the parent), pickled in the loop's thread so
-    that an unpicklable result is reported as that sample's failure."""
-    enter_worker_process(parent_pid)
-    worker_loop(functools.partial(map_task, fn, current), inq, procpipe.PipeSender(writer), stop, ident, ends=False)
 
 
 def check_picklable(obj: Any, what: str) -> None:
@@ -99,26 +89,13 @@ class _Workers:
             worker.start()
 
     def _start_processes(self, fn: Callable, count: int) -> None:
-        """Spawn the workers; each writes its results to a pipe of its own (see tensorcom.pipeline._pipes)."""
-        ctx = multiprocessing.get_context("spawn")
-        self.inq, self.stop, self.current = ctx.Queue(), ctx.Event(), ctx.RawValue("q", 0)
-        handover = Handover(ctx, [self.inq, self.stop])
-        self.workers, readers = [], []
-        try:
-            for i in range(count):
-                args = lambda writer, i=i: (fn, self.inq, writer, self.stop, self.current, i, os.getpid())  # noqa: E731
-                proc, reader = procpipe.spawn_with_pipe(ctx, process_main, args, f"tensorcom-map-{i}", handover)
-                self.workers.append(proc)
-                readers.append(reader)
-        except BaseException:  # a later start failed: the ones started must not run on
-            self.stop.set()
-            join_or_kill(self.workers, grace=1.0, kill=True)
-            for reader in readers:
-                reader.close()
-            raise
-        finally:
-            handover.release()  # the queue's and the event's names leave /dev/shm
-        self.results = procpipe.ResultPipes(readers, [p.sentinel for p in self.workers], self.check_alive)
+        """Spawn the workers (tensorcom.pipeline.processes): they share the task queue, and each
+        answers on its own pipe."""
+        self.owner = Processes("map worker", count, ends=False)
+        self.inq, self.stop, self.current = self.owner.ctx.Queue(), self.owner.stop, self.owner.ctx.RawValue("q", 0)
+        self.owner.start(Entry(functools.partial(map_task, fn, self.current), inbox=self.inq, ends=False),
+                         shared=[self.inq], name="tensorcom-map")
+        self.workers = self.owner.procs
 
     def put(self, generation: int, position: int, sample: Any, rng_key: RngKey | None) -> None:
         """Queue one task; for processes its payload is pickled here, so a bad sample fails in the caller."""
@@ -140,18 +117,12 @@ class _Workers:
                 except queue.Empty:
                     self.check_alive()
                     continue
-            try:
-                message = self.results.get(POLL)
-            except EOFError:
-                for proc in self.workers:
-                    proc.join(timeout=POLL)
-                self.check_alive()
-                raise WorkerDied("a map worker process closed its result pipe") from None
+            message = self.owner.get(timeout=POLL)
             if message is not None:
                 return message
 
     def check_alive(self) -> None:
-        """Raise WorkerDied for the first worker that has ended."""
+        """Raise WorkerDied for the first worker thread that has ended."""
         for ident, worker in enumerate(self.workers):
             if not worker.is_alive():
                 raise died("map worker", ident, worker)
@@ -161,12 +132,13 @@ class _Workers:
         if self.closed:
             return
         self.closed = True
-        self.stop.set()
-        join_or_kill(self.workers, grace=1.0, kill=self.processes)
-        if self.processes:
-            self.inq.cancel_join_thread()
-            self.inq.close()
-            self.results.close()
+        if not self.processes:
+            self.stop.set()
+            join_or_kill(self.workers, grace=1.0, kill=False)
+            return
+        self.owner.close()
+        self.inq.cancel_join_thread()
+        self.inq.close()
 
 
 def check_sizes(workers: int, buffer: int | None) -> int:
