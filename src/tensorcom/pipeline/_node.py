@@ -52,6 +52,30 @@ def upstream_state(state: State | None) -> State | None:
     return None if state is None else state["up"]
 
 
+class Passing(Node):
+    """A stage with no position of its own (filter, batch): its state is {"up": upstream state}."""
+
+    def state_dict(self) -> State:
+        return {"up": self.up.state_dict()}
+
+    def load_state_dict(self, state: State | None) -> None:
+        self.up.load_state_dict(upstream_state(state))
+
+
+class Counting(Node):
+    """A stage whose position is `position`, the number of upstream items it has taken (map, slice):
+    its state is {"up": upstream state, "position": position}."""
+
+    position = 0
+
+    def state_dict(self) -> State:
+        return {"up": self.up.state_dict(), "position": self.position}
+
+    def load_state_dict(self, state: State | None) -> None:
+        self.up.load_state_dict(upstream_state(state))
+        self.position = 0 if state is None else int(state["position"])
+
+
 def skip(node: Iterator[Any], count: int) -> int:
     """Take and drop `count` items of `node`; returns how many there were (fewer at its end)."""
     return sum(1 for _ in itertools.islice(node, count))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorcom.pipeline._node import Node, State, upstream_state
+from tensorcom.pipeline._node import Counting
 
 
 def slice_bounds(*args: int | None) -> tuple[int, int | None, int]:
@@ -37,7 +37,7 @@ def sliced_length(size: int | None, start: int, stop: int | None, step: int) -> 
     return len(range(start, size if stop is None else min(stop, size), step))
 
 
-class Sliced(Node):
+class Sliced(Counting):
     """Items start, start + step, ... before `stop` (None: to the end) of the upstream."""
 
     def __init__(self, up: Any, start: int = 0, stop: int | None = None, step: int = 1):
@@ -52,10 +52,3 @@ class Sliced(Node):
             if offset >= 0 and offset % self.step == 0:
                 return item
         raise StopIteration
-
-    def state_dict(self) -> State:
-        return {"up": self.up.state_dict(), "position": self.position}
-
-    def load_state_dict(self, state: State | None) -> None:
-        self.up.load_state_dict(upstream_state(state))
-        self.position = 0 if state is None else int(state["position"])

@@ -24,7 +24,7 @@ import numpy as np
 
 from tensorcom.batch import default_collate, rows
 from tensorcom.fieldspec import Spec, parse_fields, pick_fields, select_fields
-from tensorcom.pipeline._node import Node, State, upstream_state
+from tensorcom.pipeline._node import Counting, Node, Passing, State, upstream_state
 
 Sample = Any
 Collate = Callable[[list], Any]
@@ -66,7 +66,7 @@ def call(fn: Callable, sample: Sample, rng_key: RngKey | None, position: int) ->
         raise
 
 
-class Mapped(Node):
+class Mapped(Counting):
     """fn applied to each sample; `position` counts the samples taken, for their rngs."""
 
     def __init__(self, up: Node, fn: Callable, rng_key: RngKey | None = None):
@@ -78,15 +78,8 @@ class Mapped(Node):
         self.position += 1
         return call(self.fn, sample, self.rng_key, self.position - 1)
 
-    def state_dict(self) -> State:
-        return {"up": self.up.state_dict(), "position": self.position}
 
-    def load_state_dict(self, state: State | None) -> None:
-        self.up.load_state_dict(upstream_state(state))
-        self.position = 0 if state is None else int(state["position"])
-
-
-class Filtered(Node):
+class Filtered(Passing):
     """The samples for which predicate(sample) is true; no state of its own."""
 
     def __init__(self, up: Node, predicate: Callable[[Any], bool]):
@@ -98,14 +91,8 @@ class Filtered(Node):
             if self.predicate(sample):
                 return sample
 
-    def state_dict(self) -> State:
-        return {"up": self.up.state_dict()}
 
-    def load_state_dict(self, state: State | None) -> None:
-        self.up.load_state_dict(upstream_state(state))
-
-
-class Batched(Node):
+class Batched(Passing):
     """collate(list of `size` samples); a last, smaller batch only when `partial`. A batch is taken
     whole within one next(), so the position between batches is the upstream's."""
 
@@ -117,12 +104,6 @@ class Batched(Node):
         if not group or (len(group) < self.size and not self.partial):
             raise StopIteration
         return self.collate(group)
-
-    def state_dict(self) -> State:
-        return {"up": self.up.state_dict()}
-
-    def load_state_dict(self, state: State | None) -> None:
-        self.up.load_state_dict(upstream_state(state))
 
 
 class Unbatched(Node):
