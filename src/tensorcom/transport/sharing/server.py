@@ -30,6 +30,7 @@ ignored; a malformed input message stops the thread (wait() raises DecodeError n
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
@@ -41,6 +42,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from tensorcom import settings
 from tensorcom.errors import DecodeError, Undelivered
+from tensorcom.rates import Throttle
 from tensorcom.transport._sockets import make_socket, open_monitor, sharing_router, translate, translated
 from tensorcom.transport.epochs import EpochBook
 from tensorcom.transport.sharing import control
@@ -100,7 +102,7 @@ class ShareServer(StreamInput):
         self._ahead: list | None = None  # an input message read ahead while the book took nothing
         self._ends = 0
         self._items = 0  # items added to the served stream
-        self._next_status = 0.0
+        self._status_due = Throttle(STATUS_INTERVAL, start=-math.inf)  # the first look reports at once
         self._thread: threading.Thread | None = None
         self._sockets: list = []
         self._poller = zmq.Poller()  # the router and the monitor always; the input while the book takes items
@@ -311,10 +313,8 @@ class ShareServer(StreamInput):
         return self.book.join(peer, meta["name"], meta["credit"])
 
     def _maybe_status(self) -> None:
-        now = time.monotonic()
-        if now < self._next_status:
+        if not self._status_due.due():
             return
-        self._next_status = now + STATUS_INTERVAL
         self.status = self.book.reports()
         if self._observers:
             frame = control.encode("status", consumers=self.status)
