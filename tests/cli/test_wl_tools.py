@@ -529,3 +529,11 @@ def test_progress_lines_on_a_plain_stderr_and_none_with_quiet(data, tmp_path, mo
     assert lines[-1] == f"{prog}: {NSAMPLES} samples out"
     assert main([url, *argv, "-o", str(tmp_path / "b-%04d.tar"), "--quiet"]) == 0
     assert capsys.readouterr().err.splitlines() == [f"{prog}: {NSAMPLES} samples out"]
+
+
+def test_dump_refuses_a_sample_that_lacks_a_chosen_field(popen, data, tmp_path):
+    """wl-dump used to skip a missing field silently; it is the one missing-field rule's SampleError now."""
+    url, _ = data
+    result = run(popen, "wl-dump", url, "-o", str(tmp_path / "dump"), "-c", "2", "-f", "bin,webp;gif")
+    message = result.stderr.decode()
+    assert result.returncode != 0 and "'webp;gif'" in message and "'s00'" in message, message
