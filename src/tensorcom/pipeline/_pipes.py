@@ -38,15 +38,16 @@ def widen(conn: Any, size: int = PIPE_SIZE) -> None:
 
 
 def spawn_with_pipe(ctx: Any, target: Callable, args: Callable[[Any], tuple], name: str,
-                    handover: Any = None) -> tuple[Any, Any]:
-    """Start daemon process `name` running target(*args(writer)), where writer is the write end of a
-    fresh one-way pipe (widened); returns (process, reader). The parent closes its copy of the write
-    end whatever happens, so reading gives EOF once the child is gone. With `handover` (a
+                    handover: Any = None, daemon: bool = True) -> tuple[Any, Any]:
+    """Start process `name` (a daemon unless told otherwise: a daemon may not start processes of its
+    own) running target(*args(writer)), where writer is the write end of a fresh one-way pipe
+    (widened); returns (process, reader). The parent closes its copy of the write end whatever
+    happens, so reading gives EOF once the child is gone. With `handover` (a
     tensorcom.pipeline._semaphores.Handover) the process is made by it."""
     reader, writer = ctx.Pipe(duplex=False)
     widen(writer)
     make = ctx.Process if handover is None else handover.process
-    proc = make(target=target, args=args(writer), daemon=True, name=name)
+    proc = make(target=target, args=args(writer), daemon=daemon, name=name)
     try:
         proc.start()
     finally:

@@ -2,30 +2,28 @@
 processes, read their messages, report rates, stop them.
 
     supervisor = Supervisor(report=10.0, on_report=None, hub=None)
-    supervisor.launch(serve_worker, lambda i: (..., supervisor.messages, supervisor.stop,
-                                               supervisor.barrier, ...), workers)
+    supervisor.launch(work, workers)     # process i runs work(stop, barrier, i): its counts
     supervisor.wait()                    # until every worker is done; WorkerError / WorkerDied
     supervisor.maybe_report(force=True)
     stats = supervisor.stats(overall=True)
     supervisor.close()                   # always: stops what is left
 
-Messages from the workers (one multiprocessing queue): ("item", i, (batches, samples)), ("end", i,
-reports) and ("error", i, Failure). Reports (tensorcom.rates.RateReport): a rate line on stderr
+The processes are the process owner's (tensorcom.pipeline.processes): each runs the one worker loop
+on its one task, work(stop, barrier, i), and answers on its pipe: ("item", i, (batches, samples)),
+then ("end", i, count) or ("error", i, Failure). Reports (tensorcom.rates.RateReport): a rate line on stderr
 every `report` seconds from the first batch (rates over the window of tensorcom.rates), with one line per consumer
 of a sharing server, or `on_report(stats)` instead.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
-import time
+import functools
 from typing import Any, Callable
 
-from tensorcom.pipeline._failure import died
-from tensorcom.pipeline._loop import join_or_kill
-from tensorcom.pipeline._semaphores import Handover
+from tensorcom.pipeline.processes import Entry, Processes
 from tensorcom.rates import RateReport
+
+GRACE = 2.0  # seconds a stopped worker has to leave before it is terminated
 
 
 class Supervisor:
@@ -33,27 +31,19 @@ class Supervisor:
     stops them. `hub`: a sharing server (tensorcom.transport.sharing.Hub) whose consumers join the reports."""
 
     def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
-        self.ctx = multiprocessing.get_context("spawn")
-        self.messages = self.ctx.Queue()
-        self.stop = self.ctx.Event()
+        self.owner: Processes | None = None
         self.barrier: Any = None
-        self.procs: list = []
+        self.workers = 0
         self.counts: dict[int, tuple[int, int]] = {}
-        self.done: set[int] = set()
         self.reports = RateReport(report, on_report, hub)  # a sharing server's consumers join the reports
 
-    def launch(self, target: Callable[..., None], args_for: Callable[[int], tuple], count: int) -> None:
-        """Start `count` processes running target(*args_for(i)), with a barrier for all of them; returns
-        once each has opened the shared primitives, whose names then leave /dev/shm (_semaphores)."""
-        self.barrier = self.ctx.Barrier(count)
-        handover = Handover(self.ctx, [self.messages, self.stop, self.barrier])
-        try:
-            for i in range(count):
-                proc = handover.process(target, args_for(i), name=f"tensorcom-serve-{i}")
-                proc.start()
-                self.procs.append(proc)
-        finally:
-            handover.release()  # the names of the queue's, event's and barrier's semaphores leave /dev/shm
+    def launch(self, work: Callable[[Any, Any, int], Any], count: int) -> None:
+        """Start `count` processes, process i running work(stop, barrier, i) (a picklable callable
+        whose values are its counts), with the owner's stop event and a barrier for all of them."""
+        self.owner, self.workers = Processes("serving worker", count, grace=GRACE, daemon=False), count
+        self.barrier = self.owner.ctx.Barrier(count)
+        self.owner.start(Entry(functools.partial(work, self.owner.stop, self.barrier), first=None),
+                         shared=[self.barrier], name="tensorcom-serve")
 
     def totals(self) -> tuple[int, int]:
         return sum(b for b, _ in self.counts.values()), sum(s for _, s in self.counts.values())
@@ -65,39 +55,22 @@ class Supervisor:
         if kind == "item":
             self.counts[index] = value
             self.reports.add(self.totals())
-        else:
-            self.done.add(index)
 
     def wait(self) -> None:
-        """Handle messages until every worker is done; raise on the first failure."""
-        next_check = 0.0
-        while len(self.done) < len(self.procs):
-            try:
-                self.handle(self.messages.get(timeout=0.2))
-            except queue.Empty:
-                pass
-            if time.monotonic() >= next_check:  # even while messages keep coming
-                self.check_alive()
-                next_check = time.monotonic() + 0.5
+        """Handle messages until every worker is done; WorkerError on the first failure, WorkerDied
+        when a worker ended without a word."""
+        if self.owner is None:
+            raise RuntimeError("Supervisor.wait() before launch()")
+        while not self.owner.roster.finished:
+            message = self.owner.get(timeout=0.2)
+            if message is not None:
+                self.handle(message)
             self.maybe_report()
-
-    def check_alive(self) -> None:
-        for index, proc in enumerate(self.procs):
-            if proc.exitcode is None or index in self.done:
-                continue
-            deadline = time.monotonic() + 1.0  # its last messages may still be in the pipe
-            while time.monotonic() < deadline and index not in self.done:
-                try:
-                    self.handle(self.messages.get(timeout=0.1))
-                except queue.Empty:
-                    pass
-            if index not in self.done:
-                raise died("serving worker", index, proc)
 
     def stats(self, overall: bool = False) -> dict:
         """Totals, and rates over the window of tensorcom.rates (the last 10 s, counted from the first
         batch; since the first batch when `overall`)."""
-        return {**self.reports.stats(self.totals(), overall), "workers": len(self.procs)}
+        return {**self.reports.stats(self.totals(), overall), "workers": self.workers}
 
     def maybe_report(self, force: bool = False) -> None:
         """Report every `report` seconds from the first batch (and at the end when `force`); nothing
@@ -105,13 +78,12 @@ class Supervisor:
         self.reports.maybe_report(self.stats, _rate_line, force)
 
     def close(self) -> None:
-        """Stop every worker: ask, wait up to 2 s, terminate, then kill."""
-        self.stop.set()
-        if self.barrier is not None:
-            self.barrier.abort()
-        join_or_kill(self.procs, grace=2.0)
-        self.messages.cancel_join_thread()
-        self.messages.close()
+        """Stop every worker: ask (and abort the barrier), wait up to GRACE s, terminate, then kill."""
+        if self.owner is None:
+            return
+        self.owner.stop.set()
+        self.barrier.abort()
+        self.owner.close()
 
 
 def _rate_line(stats: dict) -> str:

@@ -146,12 +146,14 @@ def _after(init: Callable[[], Any], work: Callable) -> Callable:
 
 
 class Processes:
-    """N spawned children of one `role` ("map worker"), each with its pipe; see the module docstring."""
+    """N spawned children of one `role` ("map worker"), each with its pipe; see the module docstring.
+    `daemon`: False for children that start processes of their own (serving workers running a
+    pipeline with parallel stages); the parent-death watcher ends them all the same."""
 
-    def __init__(self, role: str, count: int, *, ends: bool = True, grace: float = 1.0):
+    def __init__(self, role: str, count: int, *, ends: bool = True, grace: float = 1.0, daemon: bool = True):
         self.ctx = multiprocessing.get_context("spawn")
         self.stop = self.ctx.Event()
-        self.role, self.count, self.grace = role, count, grace
+        self.role, self.count, self.grace, self.daemon = role, count, grace, daemon
         self.roster = Roster(role, count, grace, ends)
         self.procs: list = []
         self.readers: list = []
@@ -167,7 +169,8 @@ class Processes:
         try:
             for i in range(self.count):
                 args = lambda writer, i=i: (entry, i, writer, self.stop, os.getpid())  # noqa: E731
-                proc, reader = procpipe.spawn_with_pipe(self.ctx, process_main, args, f"{name}-{i}", handover)
+                proc, reader = procpipe.spawn_with_pipe(self.ctx, process_main, args, f"{name}-{i}", handover,
+                                                        self.daemon)
                 self.procs.append(proc)
                 self.readers.append(reader)
                 self.streams.append(procpipe.stream_of(reader))

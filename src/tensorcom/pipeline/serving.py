@@ -20,10 +20,11 @@ stream from that point: worker i passes over (`fast_forward`) the batches of its
 Batches go out zero-copy (`send(batch, copy=False)`): the pipeline hands each batch over and must not
 modify its arrays after yielding it.
 
-Each worker runs the one worker loop (tensorcom.pipeline._loop) on one task, its portion, whose values
-are its counts: messages to the parent (one multiprocessing queue) are ("item", i, (batches, samples))
-after its first batch, then at most every PROGRESS_INTERVAL seconds and after each epoch, then ("end", i,
-reports) once its connection is closed, or ("error", i, Failure). The parent (a `Supervisor`,
+Each worker is a process of the process owner (tensorcom.pipeline.processes) running the one worker
+loop on one task, its portion (`serve_portion`), whose values are its counts: messages to the parent
+(on the worker's pipe) are ("item", i, (batches, samples)) after its first batch, then at most every
+PROGRESS_INTERVAL seconds and after each epoch, then ("end", i, count) once its connection is closed,
+or ("error", i, Failure), after which the worker exits with status 1. The parent (a `Supervisor`,
 tensorcom.pipeline._supervisor) prints a rate line to stderr every `report` seconds from the first
 batch (or calls `on_report(stats)`), with rates over the sliding window of tensorcom.rates (the last
 10 s), raises WorkerError when a worker fails (with its traceback and
@@ -37,16 +38,13 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from tensorcom.checks import positive
-from tensorcom.pipeline._loop import one_task, worker_loop
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._supervisor import Supervisor
-from tensorcom.pipeline._watch import enter_worker_process
 from tensorcom.pipeline.function_spec import load_function
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.workers import check_picklable
@@ -216,18 +214,6 @@ class ServeJob:
         return {epoch: n for (epoch, worker), n in self.plan.skips.items() if worker == index}
 
 
-def serve_worker(job: ServeJob, index: int, messages: Any, stop: Any, barrier: Any, parent_pid: int) -> None:
-    """Body of serving process `index` of job.plan.workers: the worker loop on its one task,
-    `serve_portion`; after a failure (posted to `messages`) the process waits for the message to leave
-    and exits 1."""
-    enter_worker_process(parent_pid)
-    work = functools.partial(serve_portion, job, stop, barrier)
-    if not worker_loop(work, one_task(index, tag=index, first=None), messages, stop, index):
-        messages.close()
-        messages.join_thread()
-        os._exit(1)
-
-
 def serve_portion(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
     """Build the pipeline, send portion `index` epoch by epoch, each message tagged with the portion
     (yielding send_epochs's counts), close the connection: its consumers read everything first (for
@@ -300,8 +286,7 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
                    epochs=None if epochs is None else first_epoch + epochs - plan.epoch)
     supervisor = Supervisor(report, on_report, hub)
     try:
-        supervisor.launch(serve_worker, lambda i: (job, i, supervisor.messages, supervisor.stop, supervisor.barrier,
-                                                   os.getpid()), plan.workers)
+        supervisor.launch(functools.partial(serve_portion, job), plan.workers)
         supervisor.wait()
         consumers = None if hub is None else finish_hub(hub, job.epochs)["consumers"]
         supervisor.maybe_report(force=True)
