@@ -1,0 +1,114 @@
+"""examples/*.ipynb: committed without outputs, and each executed as a user runs it, cell by cell in a Jupyter
+kernel of its own (nbclient): its loss falls from the first epoch to the last, its held-out accuracy beats
+chance, and nothing the kernel started (the notebook's data server) is left running once the kernel is shut
+down, whatever happened; the kernel's session is killed otherwise. A training cell that fails stops the
+server itself, while the kernel still runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_examples import installed, learned, session_ends
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NOTEBOOKS = {"pytorch.ipynb": "torch", "keras.ipynb": "keras", "jax.ipynb": "jax"}
+CELL_TIMEOUT = 120  # seconds for any one cell (training included)
+BETTER_THAN = 50.0  # held-out accuracy (%): 4 classes, chance is 25%
+
+
+def test_the_notebooks_are_committed_without_outputs():
+    found = sorted(path.name for path in EXAMPLES.glob("*.ipynb"))
+    assert set(NOTEBOOKS) <= set(found), found
+    for name in found:
+        notebook = json.loads((EXAMPLES / name).read_text())
+        for index, cell in enumerate(notebook["cells"]):
+            if cell["cell_type"] == "code":
+                assert cell["outputs"] == [] and cell["execution_count"] is None, f"{name}: cell {index} has outputs"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory) -> dict:
+    """The environment the kernels start with: os.environ and TENSORCOM_CACHE in a temp dir, where the first
+    notebook makes the small demo data set."""
+    return {**os.environ, "TENSORCOM_CACHE": str(tmp_path_factory.mktemp("cache")), "PYTHONUNBUFFERED": "1"}
+
+
+def client_for(name: str):
+    """An nbclient NotebookClient for examples/NAME, its kernel to start in the examples folder."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(EXAMPLES / name, as_version=4)
+    return nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
+                                   resources={"metadata": {"path": str(EXAMPLES)}})
+
+
+def stdout_of(notebook) -> str:
+    """What the notebook's code cells printed to stdout, in order."""
+    return "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
+                   if output.get("name") == "stdout")
+
+
+def execute(client, env: dict, after_cell=None):
+    """Run every cell of `client`'s notebook in a fresh kernel (a session of its own) up to the first that
+    fails, calling after_cell(client, index, error) after each, with the kernel still running (error: the
+    cell's CellExecutionError, or None); returns the error, or None. Once the kernel is shut down, every
+    process of its session must end within 10 s (what is left is killed)."""
+    from nbclient.exceptions import CellExecutionError
+
+    error, session = None, None
+    try:
+        with client.setup_kernel(env=env):  # shuts the kernel down on the way out
+            session = client.km.provisioner.pid
+            for index, cell in enumerate(client.nb.cells):
+                try:
+                    client.execute_cell(cell, index)
+                except CellExecutionError as exc:
+                    error = exc
+                if after_cell:
+                    after_cell(client, index, error)
+                if error:
+                    break
+    finally:
+        ended = session is None or session_ends(session)
+    assert ended, "the kernel's session left processes running"
+    return error
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_notebook_trains_and_stops_its_server(name, kernel_env):
+    if importlib.util.find_spec(NOTEBOOKS[name]) is None:
+        pytest.skip(f"{NOTEBOOKS[name]} not installed")
+    client = client_for(name)
+    error = execute(client, kernel_env)
+    out = stdout_of(client.nb)
+    assert error is None, f"{error}\n{out}"
+    assert learned(out) > BETTER_THAN, out
+    assert out.rstrip().endswith("server stopped"), out
+
+
+@installed("torch")
+def test_a_failing_training_cell_stops_the_server_while_the_kernel_runs(kernel_env):
+    psutil = pytest.importorskip("psutil")
+    client = client_for("pytorch.ipynb")
+    train = next(i for i, cell in enumerate(client.nb.cells) if "loader = tensorcom.torch.loader" in cell.source)
+    client.nb.cells[train].source = client.nb.cells[train].source.replace(
+        "try:\n", "try:\n    raise RuntimeError('a failing step')\n", 1)
+    servers, left = [], []
+
+    def watch(client, index, error):
+        if not servers:  # the server's process, once the cell that starts it has run
+            kernel = psutil.Process(client.km.provisioner.pid)
+            servers.extend(p for p in kernel.children(recursive=True) if "serve_imagenet" in " ".join(p.cmdline()))
+        if error is not None:
+            left.extend(psutil.wait_procs(servers, timeout=15)[1])
+
+    error = execute(client, kernel_env, after_cell=watch)
+    assert error is not None and "a failing step" in str(error), error
+    assert len(servers) == 1, "no server was running before the training cell"
+    assert left == [], "the failed cell left its server running"
