@@ -2,6 +2,7 @@
 children: results, a child that raises, a SIGKILLed child, one whose pipe outlives it, close."""
 
 import os
+import queue
 import signal
 import threading
 
@@ -9,7 +10,8 @@ import pytest
 
 from tensorcom.errors import WorkerDied
 from tensorcom.pipeline._failure import Failure
-from tensorcom.pipeline.processes import Entry, Processes, Roster
+from tensorcom.pipeline._loop import one_task
+from tensorcom.pipeline.processes import Entry, Processes, Roster, Threads
 
 
 def failure(index):
@@ -179,3 +181,30 @@ def test_get_returns_none_on_timeout_and_close_ends_a_stuck_child():
     finally:
         owner.close()
     assert not owner.procs[0].is_alive() and owner.procs[0].exitcode == -signal.SIGTERM
+
+
+# ---- the thread twin -----------------------------------------------------------------------------
+
+
+class Refusing:
+    """An outbox whose put always fails: the worker loop itself ends."""
+
+    def put(self, message, timeout=None):
+        raise RuntimeError("refused")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_threads_answer_and_a_thread_that_ended_is_worker_died_once_its_answers_are_read():
+    outboxes = [queue.Queue(), Refusing()]
+    threads = Threads("portion worker", 2, counting, lambda i: one_task(i, tag=i), outboxes.__getitem__)
+    try:
+        for thread in threads.threads:
+            thread.join(timeout=30)
+        threads.check(0, drained=outboxes[0].empty)  # ended, its answers not read yet: no death
+        assert [outboxes[0].get_nowait() for _ in range(3)] == [("item", 0, 0), ("item", 0, 1), ("end", 0, 2)]
+        with pytest.raises(WorkerDied, match="portion worker thread 1 ended unexpectedly"):
+            threads.check(1)
+    finally:
+        threads.close()
+    assert threads.closed and not any(t.is_alive() for t in threads.threads)
+

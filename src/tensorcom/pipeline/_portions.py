@@ -28,13 +28,11 @@ process that dies without a word raises errors.WorkerDied once the consumer wait
 from __future__ import annotations
 
 import queue
-import threading
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from tensorcom.pipeline._failure import died
-from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
-from tensorcom.pipeline.processes import Entry, Processes
+from tensorcom.pipeline._loop import one_task
+from tensorcom.pipeline.processes import Entry, Processes, Threads
 from tensorcom.pipeline.workers import check_picklable, check_sizes
 
 
@@ -48,48 +46,16 @@ class _Portion:
         return self.make(ident, self.count)
 
 
-class _Portions:
-    """Running portion workers (threads or spawned processes) and the consumer's ends of their outputs."""
-
-    def __init__(self, make: Callable, count: int, processes: bool, buffer: int, init: Callable | None):
-        self.processes, self.closed = processes, False
-        if processes:  # the process owner (tensorcom.pipeline.processes), each worker on its pipe
-            self.owner = Processes("portion worker", count)
-            self.owner.start(Entry(_Portion(make, count), buffer=buffer, init=init, unit="portion"),
-                             name="tensorcom-portion")
-            return
-        self.stop = threading.Event()
-        self.queues = [queue.Queue(buffer) for _ in range(count)]
-        self.workers = [threading.Thread(target=worker_loop, daemon=True, name=f"tensorcom-portion-{i}",
-                                         args=(_Portion(make, count), one_task(i, tag=i), self.queues[i], self.stop, i))
-                        for i in range(count)]
-        for worker in self.workers:
-            worker.start()
-
-    def get(self, ident: int) -> tuple:
-        """The next message of worker `ident`; WorkerDied when it ended without sending one."""
-        while True:
-            if self.processes:
-                message = self.owner.get(ident, POLL)
-                if message is not None:
-                    return message
-                continue
-            try:
-                return self.queues[ident].get(timeout=POLL)
-            except queue.Empty:
-                if not self.workers[ident].is_alive() and self.queues[ident].empty():
-                    raise died("portion worker", ident, self.workers[ident]) from None
-
-    def close(self) -> None:
-        """Stop every worker and wait for it; processes alive after ~1 s are terminated, then killed."""
-        if self.closed:
-            return
-        self.closed = True
-        if self.processes:
-            self.owner.close()
-            return
-        self.stop.set()
-        join_or_kill(self.workers, grace=1.0, kill=False)
+def _start(make: Callable, count: int, processes: bool, buffer: int, init: Callable | None) -> Processes | Threads:
+    """The running portion workers: spawned processes, each answering on its pipe, or threads, each
+    on a queue of `buffer` (tensorcom.pipeline.processes)."""
+    if processes:
+        owner = Processes("portion worker", count)
+        owner.start(Entry(_Portion(make, count), buffer=buffer, init=init, unit="portion"), name="tensorcom-portion")
+        return owner
+    queues = [queue.Queue(buffer) for _ in range(count)]
+    return Threads("portion worker", count, _Portion(make, count), lambda i: one_task(i, tag=i), queues.__getitem__,
+                   name="tensorcom-portion")
 
 
 def shard_parallel(make: Callable[[int, int], Any], *, workers: int, processes: bool = True, buffer: int = 2,
@@ -107,11 +73,11 @@ def shard_parallel(make: Callable[[int, int], Any], *, workers: int, processes: 
 
 
 def _rotate(make: Callable, workers: int, processes: bool, buffer: int, init: Callable | None) -> Iterator:
-    portions = _Portions(make, workers, processes, buffer, init)
+    portions = _start(make, workers, processes, buffer, init)
     try:
         turn = deque(range(workers))
         while turn:
-            kind, _, value = portions.get(turn[0])
+            kind, _, value = portions.next(turn[0])
             if kind == "item":
                 yield value
                 turn.rotate(-1)

@@ -6,7 +6,9 @@ its actors with the same pure Roster.
     owner = Processes("portion worker", N)
     owner.start(Entry(work, buffer=2), shared=[...], name="tensorcom-portion")
     owner.get(index=None, timeout=POLL)    # ("item" | "end" | "error", tag, value), or None
-    owner.close(grace=1.0)                  # always
+    owner.next(index=None)                  # the same, however long it takes
+    owner.close()                           # always: stops them, waits `grace` s, kills
+    Threads("map worker", N, work, inbox, outbox)   the same pool as threads, for the caller's process
 
 Processes. Every child is spawned (never forked: the parent may hold sockets and threads) and runs
 `process_main`: it ignores Ctrl-C and leaves by itself when the parent disappears
@@ -30,7 +32,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -145,7 +149,21 @@ def _after(init: Callable[[], Any], work: Callable) -> Callable:
     return started
 
 
-class Processes:
+class _Owner:
+    """What Processes and Threads share: `next(index)` waits for the next message however long it takes."""
+
+    def get(self, index: int | None = None, timeout: float = POLL) -> tuple | None:
+        raise NotImplementedError
+
+    def next(self, index: int | None = None) -> tuple:
+        """The next message of child `index` (of any when None); WorkerDied when it ended without it."""
+        while True:
+            message = self.get(index, POLL)
+            if message is not None:
+                return message
+
+
+class Processes(_Owner):
     """N spawned children of one `role` ("map worker"), each with its pipe; see the module docstring.
     `daemon`: False for children that start processes of their own (serving workers running a
     pipeline with parallel stages); the parent-death watcher ends them all the same."""
@@ -174,11 +192,10 @@ class Processes:
                 self.procs.append(proc)
                 self.readers.append(reader)
                 self.streams.append(procpipe.stream_of(reader))
-        except BaseException:
-            self.close()
-            raise
         finally:
             handover.release()
+            if len(self.procs) < self.count:  # a start failed (an entry that cannot be pickled): stop the rest
+                self.close()
 
     def get(self, index: int | None = None, timeout: float = POLL) -> tuple | None:
         """The next message of child `index` (of any child when None), None when none came within
@@ -228,3 +245,44 @@ class Processes:
         for reader in self.readers:
             reader.close()
         join_or_kill(self.procs, grace=self.grace)
+
+
+class Threads(_Owner):
+    """The thread twin of Processes, for pools that run in the caller's process: `count` daemon
+    threads named f"{name}-{i}", thread i running the worker loop on `work` with tasks from
+    inbox(i) and answers to outbox(i) (queues: one per thread, or one they all share), read by `get`
+    as Processes.get reads pipes. `check(index, drained)` raises
+    WorkerDied for thread `index` (any thread when None) that has ended, when then drained() (what
+    it posted is all read); `close()` sets the stop event and
+    joins them for `grace` seconds (a thread cannot be killed)."""
+
+    def __init__(self, role: str, count: int, work: Callable, inbox: Callable[[int], Any],
+                 outbox: Callable[[int], Any], *, ends: bool = True, name: str = "tensorcom-worker",
+                 grace: float = 1.0):
+        self.role, self.grace, self.closed = role, grace, False
+        self.stop = threading.Event()
+        self.outboxes = [outbox(i) for i in range(count)]
+        self.threads = [threading.Thread(target=worker_loop, args=(work, inbox(i), self.outboxes[i], self.stop, i, ends),
+                                         daemon=True, name=f"{name}-{i}") for i in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def get(self, index: int | None = None, timeout: float = POLL) -> tuple | None:
+        """The next message of thread `index` (None: on the outbox they all share), None after
+        `timeout` seconds; WorkerDied when the thread has ended and left nothing to read."""
+        outbox = self.outboxes[0 if index is None else index]
+        try:
+            return outbox.get(timeout=timeout)
+        except queue.Empty:
+            self.check(index, outbox.empty)
+            return None
+
+    def check(self, index: int | None = None, drained: Callable[[], bool] = lambda: True) -> None:
+        for i in range(len(self.threads)) if index is None else [index]:
+            if not self.threads[i].is_alive() and drained():  # dead first: its last word would be there
+                raise died(self.role, i, self.threads[i])
+
+    def close(self) -> None:
+        self.closed = True
+        self.stop.set()
+        join_or_kill(self.threads, grace=self.grace, kill=False)

@@ -42,9 +42,9 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.errors import WorkerError
-from tensorcom.pipeline._failure import Failure, died
-from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
-from tensorcom.pipeline.processes import Entry, Processes
+from tensorcom.pipeline._failure import Failure
+from tensorcom.pipeline._loop import POLL, one_task, worker_loop
+from tensorcom.pipeline.processes import Entry, Processes, Threads
 from tensorcom.pipeline.stages import RngKey, call, sample_key
 
 
@@ -73,29 +73,25 @@ def check_picklable(obj: Any, what: str) -> None:
 
 
 class _Workers:
-    """Running workers with their queues, pipes and stop event; threads or spawned processes."""
+    """Running map workers, threads or spawned processes (tensorcom.pipeline.processes), and the
+    queues they share: tasks in; answers out on one queue (threads) or each worker's pipe."""
 
     def __init__(self, fn: Callable, count: int, processes: bool):
         self.processes = processes
-        self.closed = False
+        self.owner: Any
         if processes:
-            self._start_processes(fn, count)
+            self.owner = Processes("map worker", count, ends=False)
+            self.inq, self.current = self.owner.ctx.Queue(), self.owner.ctx.RawValue("q", 0)
+            self.owner.start(Entry(functools.partial(map_task, fn, self.current), inbox=self.inq, ends=False),
+                             shared=[self.inq], name="tensorcom-map")
             return
-        self.inq, self.outq, self.stop, self.current = queue.Queue(), queue.Queue(), threading.Event(), Generation()
-        work = functools.partial(map_task, fn, self.current)
-        self.workers = [threading.Thread(target=worker_loop, args=(work, self.inq, self.outq, self.stop, i, False),
-                                         daemon=True, name=f"tensorcom-map-{i}") for i in range(count)]
-        for worker in self.workers:
-            worker.start()
+        self.inq, self.outq, self.current = queue.Queue(), queue.Queue(), Generation()
+        self.owner = Threads("map worker", count, functools.partial(map_task, fn, self.current),
+                             lambda i: self.inq, lambda i: self.outq, ends=False, name="tensorcom-map")
 
-    def _start_processes(self, fn: Callable, count: int) -> None:
-        """Spawn the workers (tensorcom.pipeline.processes): they share the task queue, and each
-        answers on its own pipe."""
-        self.owner = Processes("map worker", count, ends=False)
-        self.inq, self.stop, self.current = self.owner.ctx.Queue(), self.owner.stop, self.owner.ctx.RawValue("q", 0)
-        self.owner.start(Entry(functools.partial(map_task, fn, self.current), inbox=self.inq, ends=False),
-                         shared=[self.inq], name="tensorcom-map")
-        self.workers = self.owner.procs
+    @property
+    def closed(self) -> bool:
+        return self.owner.closed
 
     def put(self, generation: int, position: int, sample: Any, rng_key: RngKey | None) -> None:
         """Queue one task; for processes its payload is pickled here, so a bad sample fails in the caller."""
@@ -110,35 +106,14 @@ class _Workers:
 
     def get(self) -> tuple:
         """The next answer; WorkerDied when a worker ended without answering."""
-        while True:
-            if not self.processes:
-                try:
-                    return self.outq.get(timeout=POLL)
-                except queue.Empty:
-                    self.check_alive()
-                    continue
-            message = self.owner.get(timeout=POLL)
-            if message is not None:
-                return message
-
-    def check_alive(self) -> None:
-        """Raise WorkerDied for the first worker thread that has ended."""
-        for ident, worker in enumerate(self.workers):
-            if not worker.is_alive():
-                raise died("map worker", ident, worker)
+        return self.owner.next()
 
     def close(self) -> None:
         """Stop every worker and wait for it; processes still alive after ~1 s are terminated, then killed."""
-        if self.closed:
-            return
-        self.closed = True
-        if not self.processes:
-            self.stop.set()
-            join_or_kill(self.workers, grace=1.0, kill=False)
-            return
         self.owner.close()
-        self.inq.cancel_join_thread()
-        self.inq.close()
+        if self.processes:
+            self.inq.cancel_join_thread()
+            self.inq.close()
 
 
 def check_sizes(workers: int, buffer: int | None) -> int:
