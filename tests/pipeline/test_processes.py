@@ -70,6 +70,19 @@ def test_roster_without_ends_every_end_of_a_child_is_a_death():
     assert "map worker process 0 (pid 9) exited with status 1" == str(roster.due())
 
 
+def test_roster_a_revived_child_owes_its_last_word_again():
+    """tensorcom.ray's driver: an actor restarted during an epoch runs again; the epoch is not over
+    until that run has ended too."""
+    roster = Roster("serving actor", 2)
+    roster.message(0, ("end", 0, (4, 16)))
+    roster.closed(1, 12, None)
+    assert roster.due() is not None
+    roster.revive(1)
+    assert roster.due() is None and roster.reading(1) and not roster.finished
+    roster.message(1, ("end", 1, (4, 16)))
+    assert roster.finished
+
+
 # ---- real processes ------------------------------------------------------------------------------
 
 

@@ -60,7 +60,9 @@ class Roster:
     `quiet(i, now)` (its channel had nothing to read at `now`). Decisions: `due()` is the WorkerDied
     of the first child that ended without its last word and has nothing more to say (its channel
     closed, or quiet `grace` seconds after it ended), else None; `finished` is True once every child
-    said "end"; `reading(i)` whether child i's channel is still worth reading. With ends=False the
+    said "end"; `reading(i)` whether child i's channel is still worth reading; `revive(i)`: child i
+    runs again and owes its last word (tensorcom.ray's driver gives a restarted actor a new run,
+    and keeps the books of its actors' runs here). With ends=False the
     children have no last word (map workers answer tasks until stopped): any end is a death."""
 
     def __init__(self, role: str, count: int, grace: float = 1.0, ends: bool = True):
@@ -90,6 +92,12 @@ class Roster:
         for index in sorted(self.silent - set(self.said)):
             return died(self.role, index, self.gone[index][1])
         return None
+
+    def revive(self, index: int) -> None:
+        """Child `index` runs again (a restarted Ray actor given a new run): it owes its last word."""
+        self.said.pop(index, None)
+        self.gone.pop(index, None)
+        self.silent.discard(index)
 
     def reading(self, index: int) -> bool:
         return index not in self.said and index not in self.silent

@@ -10,7 +10,9 @@ call, or between calls a new incarnation from `hello`) is waited for while Ray r
 dead incarnation and says how many
 batches of portion i the hub took in each unfinished epoch, and the new incarnation serves those
 epochs again, passing over exactly that many. Without a hub (connecting URLs) or with a feed that is
-not resumable (Ray Data), a dead actor ends the serve with WorkerDied.
+not resumable (Ray Data), a dead actor ends the serve with WorkerDied. The books of an epoch's runs
+(which actor has finished, which runs again after a restart) are a Roster, the pure core of the
+process owner (tensorcom.pipeline.processes).
 
 Who shuts down: Serving.close() stops the driver thread, kills every actor and the Directory, aborts
 the hub unless it finished, and shuts Ray down when start() started it.
@@ -27,6 +29,7 @@ from typing import Any, Callable
 
 from tensorcom.adapters.ray._actors import NAMESPACE, Directory, ServerActor, Stored, node_address
 from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.pipeline.processes import Roster
 from tensorcom.pipeline.serving import ServeJob
 from tensorcom.pipeline.shared_serving import finish_hub
 from tensorcom.rates import RateReport
@@ -78,6 +81,7 @@ class Serving:
         self.result: dict | None = None
         self.restarts, self.sent = 0, (0, 0)
         self.members: list[Member] = []
+        self.runs = Roster("serving actor", 0)  # the books of the epoch's runs (tensorcom.pipeline.processes)
         self.feed_refs: list = []
         self.directory: Any = None
         self.host = ""  # the driver's node address
@@ -170,9 +174,10 @@ class Serving:
     def _serve_epoch(self, epoch: int) -> None:
         """Every actor serves `epoch` (the resume plan's skips first); the dead are restarted; returns
         once the hub's input has ended the epoch."""
+        self.runs = Roster("serving actor", len(self.members))
         for m in self.members:
             m.probe, m.run = None, m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
-        while any(m.run is not None for m in self.members) or not self._hub_ended(epoch):
+        while not self.runs.finished or not self._hub_ended(epoch):
             if self.stop.is_set():
                 raise _Stopped()
             running = [m.run for m in self.members if m.run is not None]
@@ -192,6 +197,7 @@ class Serving:
         except WorkerDied:
             self._restart(m, epoch)
             return
+        self.runs.message(m.index, ("end", m.index, (batches, samples)))
         self.sent = (self.sent[0] + batches, self.sent[1] + samples)
 
     def _probe(self, epoch: int) -> None:
@@ -218,7 +224,10 @@ class Serving:
         if incarnation == m.incarnation:  # a call was lost, not the actor
             m.sender = sender
             if served is None or served < epoch:
+                self.runs.revive(m.index)
                 m.run = m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
+            else:  # the lost call's run was done
+                self.runs.message(m.index, ("end", m.index, None))
             return
         job = self.plan.job
         plan = self.hub.server.handover(job.stream, m.index, job.workers, first_epoch=self.plan.resume.epoch,
@@ -230,6 +239,7 @@ class Serving:
               file=sys.stderr, flush=True)
         m.incarnation, m.sender, m.pid, m.node = incarnation, sender, pid, node
         self.restarts += 1
+        self.runs.revive(m.index)
         m.run = m.actor.run.remote(plan.epoch, epoch, skips)
 
     def _hello_again(self, m: Member) -> tuple:
