@@ -172,3 +172,34 @@ def test_repeat_after_parallel_runs_new_epochs_and_len_counts_them():
     batches = [b.tolist() for b in pipeline]
     assert len(batches) == len(pipeline) == 8  # portions of 5 -> 2 batches each, twice
     assert batches[:4] != batches[4:]  # the second pass is epoch 1: other random draws
+
+
+class LeavingAGrandchild:
+    """make(i, n) for shard_parallel: fork a grandchild that holds the worker's pipe and sentinel open
+    (its pid written to `path`, so the test can kill it), then end the worker with status 3."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, index, count):
+        pid = os.fork()
+        if pid == 0:
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+            while True:
+                signal.pause()
+        with open(self.path, "w") as f:
+            f.write(str(pid))
+        os._exit(3)
+
+
+@pytest.mark.procs
+def test_a_portion_worker_whose_pipe_a_grandchild_holds_is_reported_dead(tmp_path):
+    """Issue 17: the portions' pool waited on the worker's pipe and sentinel only, which a forked
+    grandchild keeps open, and hung; the process owner asks the OS and reports the death."""
+    path = tmp_path / "grandchild.pid"
+    try:
+        with pytest.raises(WorkerDied, match=r"portion worker process 0 \(pid \d+\) exited with status 3"):
+            list(shard_parallel(LeavingAGrandchild(str(path)), workers=1))
+    finally:
+        if path.exists():
+            os.kill(int(path.read_text()), signal.SIGKILL)
