@@ -1,5 +1,6 @@
 """Parallel map on threads and spawned processes: results, order, bounds, errors, deaths, cleanup."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -386,3 +387,19 @@ def test_serial_map_fails_like_a_worker():
     with pytest.raises(WorkerError, match=r"^map raised ValueError: bad sample k3 \(sample 'k3'\)") as info:
         list(serial_map([{"__key__": f"k{i}"} for i in range(6)], fail_on_k3))
     assert info.value.failure.key == "k3" and isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.procs
+def test_a_map_worker_whose_pipe_a_grandchild_holds_is_reported_dead(tmp_path):
+    """Issue 17: the map's pool, like the portions' one, waited on pipes and sentinels that a forked
+    grandchild keeps open, and hung; the process owner asks the OS and reports the death."""
+    from test_portions import LeavingAGrandchild
+
+    path = tmp_path / "grandchild.pid"
+    try:
+        with pytest.raises(WorkerDied, match=r"map worker process 0 \(pid \d+\) exited with status 3"):
+            list(parallel_map([0], functools.partial(LeavingAGrandchild(str(path)), count=1), workers=1,
+                              processes=True))
+    finally:
+        if path.exists():
+            os.kill(int(path.read_text()), signal.SIGKILL)
