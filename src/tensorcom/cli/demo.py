@@ -17,9 +17,10 @@ import argparse
 import functools
 
 from tensorcom.cli.common import Parser, entry_point, fraction, nonnegative_int, positive_int, seconds
+from tensorcom.demo.backends import BACKENDS
 from tensorcom.extras import require
 
-FRAMEWORKS = ("torch", "keras", "jax", "numpy")
+FRAMEWORKS = tuple(name for name in BACKENDS if name != "auto")  # "auto" is the option's absence
 
 
 def build_parser() -> argparse.ArgumentParser:

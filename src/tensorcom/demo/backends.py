@@ -16,7 +16,7 @@ import importlib.util
 from tensorcom.checks import choice
 from tensorcom.demo.trainer import NumpyTrainer, Trainer, TorchTrainer
 
-BACKENDS = ("auto", "torch", "numpy", "keras", "jax")
+BACKENDS = ("auto", "torch", "keras", "jax", "numpy")
 
 
 def torch_available() -> bool:
