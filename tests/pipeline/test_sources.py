@@ -129,11 +129,11 @@ def test_shard_source_splits_whole_shards_between_workers(tmp_path):
 
 
 def test_every_strided_split_picks_the_items_of_wire_strided():
-    """Issue 17: sources, shard lists, stream striding, Pipeline.shard and a Portion take the same items,
+    """Issue 17: sources, shard lists, a function's stream, Pipeline.shard and a Portion take the same items,
     those of the one split (tensorcom.wire.strided), for sequences and one-shot iterators alike."""
     from tensorcom import wire
     from tensorcom.pipeline.sources import portion_length, portion_order
-    from tensorcom.pipeline.stages import striding
+    from tensorcom.pipeline.function_source import FunctionSource
     from tensorcom.shards.shardlist import split_shards
 
     items = [f"s{i}" for i in range(11)]
@@ -146,7 +146,8 @@ def test_every_strided_split_picks_the_items_of_wire_strided():
             assert [items[i] for i in portion_order(len(items), False, 0, 0, worker, workers)] == expected
             assert portion_length(len(items), worker, workers) == len(expected)
             assert split_shards(items, worker, workers) == expected
-            assert list(striding(iter(items), worker, workers)) == expected
+            assert list(FunctionSource("unused:spec", iter(items)).iterate(seed=0, epoch=0, worker=worker,
+                                                                          num_workers=workers)) == expected
             assert list(IterableSource(iter(items)).iterate(seed=0, epoch=0, worker=worker,
                                                             num_workers=workers)) == expected
             assert list(Pipeline(items).shard(worker, workers)) == expected

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline.sources import Source
-from tensorcom.pipeline.stages import striding
+from tensorcom.wire import strided
 
 
 class FunctionSource(Source):
@@ -33,7 +33,7 @@ class FunctionSource(Source):
 
         items = self.first if self.first is not None else load_factory(self.spec)()
         self.first = None
-        return striding(iter(items), worker, num_workers)
+        return strided(iter(items), worker, num_workers)
 
 
 class FunctionPipeline:
