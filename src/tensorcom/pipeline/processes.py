@@ -62,8 +62,8 @@ class Roster:
     closed, or quiet `grace` seconds after it ended), else None; `finished` is True once every child
     said "end"; `reading(i)` whether child i's channel is still worth reading; `revive(i)`: child i
     runs again and owes its last word (tensorcom.ray's driver gives a restarted actor a new run,
-    and keeps the books of its actors' runs here). With ends=False the
-    children have no last word (map workers answer tasks until stopped): any end is a death."""
+    and keeps the books of its actors' runs here). With ends=False the children have no last word
+    (map workers answer tasks until stopped): any end is a death."""
 
     def __init__(self, role: str, count: int, grace: float = 1.0, ends: bool = True):
         self.role, self.count, self.grace = role, count, grace
