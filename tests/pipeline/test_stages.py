@@ -33,7 +33,6 @@ def test_stages_are_lazy_and_exact():
     assert list(stages.Mapped(source([{"__key__": "k", "a": 1, "b": 2}]), stages.FieldSelector(["a"]))) == [
         {"a": 1, "__key__": "k"}]
     assert list(stages.Mapped(source([{"jpg": b"x", "cls": 3}]), stages.FieldTuple(["png;jpg", "cls"]))) == [(b"x", 3)]
-    assert list(stages.striding(range(7), 1, 3)) == [1, 4]
 
 
 def test_mapping_with_rngs_and_key_note():

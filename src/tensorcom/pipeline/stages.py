@@ -18,7 +18,7 @@ Class names end in -ed on purpose: nothing here shadows the builtins `map`, `fil
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -201,8 +201,3 @@ class FieldTuple:
 
     def __call__(self, sample: dict) -> tuple:
         return pick_fields(sample, self.fields)
-
-
-def striding(source: Iterable[Sample], worker: int, num_workers: int) -> Iterator[Sample]:
-    """Yield samples worker, worker + num_workers, ...: this worker's disjoint portion of a stream."""
-    return itertools.islice(source, worker, None, num_workers)

@@ -71,11 +71,7 @@ def node_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world_size) from the arguments, else from settings.rank_and_world_size()."""
     if rank is None and world_size is None:
         return settings.rank_and_world_size()
-    if rank is None or world_size is None:
-        raise ValueError(f"give both rank and world_size, or neither (got {rank!r}, {world_size!r})")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not a node of a world of size {world_size}")
-    return int(rank), int(world_size)
+    return _member(rank, world_size, ("rank", "world_size"), f"rank {rank} is not a node of a world of size {world_size}")
 
 
 def worker_and_count(worker: int | None, num_workers: int | None) -> tuple[int, int]:
@@ -85,11 +81,17 @@ def worker_and_count(worker: int | None, num_workers: int | None) -> tuple[int, 
         torch_data = sys.modules.get("torch.utils.data")
         info = torch_data.get_worker_info() if torch_data is not None else None
         return (info.id, info.num_workers) if info is not None else (0, 1)
-    if worker is None or num_workers is None:
-        raise ValueError(f"give both worker and num_workers, or neither (got {worker!r}, {num_workers!r})")
-    if num_workers < 1 or not 0 <= worker < num_workers:
-        raise ValueError(f"worker {worker} is not one of {num_workers} workers")
-    return int(worker), int(num_workers)
+    return _member(worker, num_workers, ("worker", "num_workers"), f"worker {worker} is not one of {num_workers} workers")
+
+
+def _member(index: int | None, count: int | None, names: tuple[str, str], outside: str) -> tuple[int, int]:
+    """(index, count) when both are given and 0 <= index < count; else ValueError: `names` the two
+    arguments when one is missing, the message `outside` when the index is not one of count."""
+    if index is None or count is None:
+        raise ValueError(f"give both {names[0]} and {names[1]}, or neither (got {index!r}, {count!r})")
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(outside)
+    return int(index), int(count)
 
 
 def split_index(rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:
