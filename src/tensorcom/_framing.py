@@ -120,6 +120,18 @@ def _remaining(stream: BinaryIO) -> int | None:
         return None
 
 
+def fill(stream: BinaryIO, buffer: bytearray) -> int:
+    """Read from `stream` (with `readinto`) into `buffer` until it is full or the stream ends; the number
+    of bytes read (less than len(buffer) only at the end of the stream)."""
+    view, got = memoryview(buffer), 0
+    while got < len(buffer):
+        count = stream.readinto(view[got:])
+        if not count:
+            break
+        got += count
+    return got
+
+
 def _read_exact(stream: BinaryIO, size: int, index: int, what: str, may_end: bool = False) -> bytes | bytearray:
     """Exactly `size` bytes; b"" when `may_end` and the stream is at its end; DecodeError (chunk `index`)
     when it ends inside `what`, naming how many of the bytes came.
@@ -132,12 +144,9 @@ def _read_exact(stream: BinaryIO, size: int, index: int, what: str, may_end: boo
         if left < size:
             raise DecodeError(f"stream ends inside {what}: {left} of {size} bytes", index)
         buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            count = stream.readinto(view[got:])
-            if not count:
-                raise DecodeError(f"stream ends inside {what}: {got} of {size} bytes", index)
-            got += count
+        got = fill(stream, buffer)
+        if got < size:
+            raise DecodeError(f"stream ends inside {what}: {got} of {size} bytes", index)
         return buffer
     data = stream.read(min(size, _READ_BLOCK))
     if data and len(data) < size:

@@ -30,6 +30,7 @@ import numpy as np
 from ._framing import ALIGN as ALIGN
 from ._framing import MAGIC as MAGIC
 from ._framing import byte_view, decode_chunks, encode_chunks, read_chunk, write_chunk
+from ._framing import fill as fill
 from ._framing import roundup as roundup
 from .errors import DecodeError, EncodeError
 

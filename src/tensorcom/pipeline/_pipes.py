@@ -23,6 +23,8 @@ import threading
 from array import array
 from typing import Any, Callable
 
+from tensorcom.tenbin import fill
+
 PIPE_SIZE = 1 << 20
 IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 
@@ -68,13 +70,10 @@ def _write_all(fd: int, parts: list) -> None:
 
 
 def _read_exact(stream: io.FileIO, size: int) -> bytearray:
+    """Exactly `size` bytes from the pipe; EOFError when it closes first."""
     buffer = bytearray(size)
-    view, done = memoryview(buffer), 0
-    while done < size:
-        count = stream.readinto(view[done:])
-        if not count:
-            raise EOFError("the worker's pipe closed in the middle of a message")
-        done += count
+    if fill(stream, buffer) < size:
+        raise EOFError("the worker's pipe closed in the middle of a message")
     return buffer
 
 
