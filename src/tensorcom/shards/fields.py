@@ -70,13 +70,19 @@ def _torch_loads(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
+JSON_EXTS, MSGPACK_EXTS, TENBIN_EXTS = ("json", "jsn"), ("mp", "msgpack", "msg"), ("ten", "tenbin", "tb")
+
+
+def _every_spelling(json_codec: Callable, msgpack_codec: Callable, tenbin_codec: Callable) -> dict[str, Callable]:
+    """{extension: codec} for every spelling of the JSON, msgpack and tenbin extensions."""
+    pairs = ((JSON_EXTS, json_codec), (MSGPACK_EXTS, msgpack_codec), (TENBIN_EXTS, tenbin_codec))
+    return {ext: codec for exts, codec in pairs for ext in exts}
+
+
 DECODERS: dict[str, Callable[[bytes], Any]] = {
     **{ext: (lambda data: int(data)) for ext in INT_EXTS},
     **{ext: (lambda data: bytes(data).decode("utf-8")) for ext in TEXT_EXTS},
-    "json": json.loads, "jsn": json.loads,
-    "mp": _msgpack_loads, "msgpack": _msgpack_loads, "msg": _msgpack_loads,
-    "npy": _npy_loads, "npz": _npz_loads,
-    "ten": _tenbin_loads, "tenbin": _tenbin_loads, "tb": _tenbin_loads,
+    **_every_spelling(json.loads, _msgpack_loads, _tenbin_loads), "npy": _npy_loads, "npz": _npz_loads,
 }
 UNSAFE_DECODERS: dict[str, Callable[[bytes], Any]] = {
     **{ext: _pickle_loads for ext in PICKLE_EXTS}, "pth": _torch_loads,
@@ -249,10 +255,8 @@ def _torch_dumps(value: Any) -> bytes:
 
 ENCODERS: dict[str, Callable[[Any], bytes]] = {
     **{ext: _int_dumps for ext in INT_EXTS},
-    "json": lambda v: json.dumps(v).encode("utf-8"), "jsn": lambda v: json.dumps(v).encode("utf-8"),
-    "mp": _msgpack_dumps, "msgpack": _msgpack_dumps, "msg": _msgpack_dumps,
+    **_every_spelling(lambda v: json.dumps(v).encode("utf-8"), _msgpack_dumps, _tenbin_dumps),
     "npy": _npy_dumps, "npz": _npz_dumps,
-    "ten": _tenbin_dumps, "tenbin": _tenbin_dumps, "tb": _tenbin_dumps,
 }
 UNSAFE_ENCODERS: dict[str, Callable[[Any], bytes]] = {
     **{ext: _pickle_dumps for ext in PICKLE_EXTS}, "pth": _torch_dumps,
