@@ -267,7 +267,16 @@ def nothing_left_in_shm(request):
         pytest.fail(f"the tests left {len(left)} entries in {where}: {', '.join(left)}", pytrace=False)
 
 
-# --- tests that start JAX run it in an interpreter of their own ---
+# --- the long tests start first ---
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` run first, in their order, then the others: with several pytest-xdist workers the
+    long tests start while the short ones fill the gaps, instead of one of them ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# --- tests that start JAX (or that fork) run in an interpreter of their own ---
 
 ISOLATED = "TENSORCOM_TEST_ISOLATED"  # set in the interpreter an isolated test runs in
 

@@ -80,6 +80,7 @@ def execute(client, env: dict, after_cell=None):
     return error
 
 
+@pytest.mark.slow  # 10-30 s: a kernel, the framework's import, a server, training
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
 def test_notebook_trains_and_stops_its_server(name, kernel_env):
     if importlib.util.find_spec(NOTEBOOKS[name]) is None:
