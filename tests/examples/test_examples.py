@@ -87,6 +87,7 @@ def test_pytorch_train(popen, env):
 
 
 @installed("torch")
+@pytest.mark.slow  # 25-35 s: started first, so that it does not end the run alone
 def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
     out = run_example(popen, env, "hyperparameter_search.py", "--lrs", "0.01,0.003,0.001")
     assert re.search(r"^served \d+ batches once, to 3 jobs$", out, re.M), out
@@ -98,6 +99,7 @@ def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
 
 
 @installed("torch")
+@pytest.mark.slow  # 25-35 s: started first, so that it does not end the run alone
 def test_ddp_ranks_on_one_zsplit_server_take_the_same_number_of_steps(popen, env):
     # (--split shard costs as much again; the even ends of rank portions: tests/adapters/test_torch_ddp.py)
     out = run_example(popen, env, "ddp_train.py")
@@ -119,6 +121,7 @@ def test_s3_shards_written_and_trained_from(popen, env):
 
 
 @installed("keras")
+@pytest.mark.slow  # 25-35 s: started first, so that it does not end the run alone
 def test_keras_example_learns(popen, env):
     assert learned(run_example(popen, env, "keras_train.py", timeout=110)) > 50  # 4 classes: chance is 25%
 

@@ -145,7 +145,8 @@ def test_pipelines_pickle_when_built_from_module_level_parts():
 
 
 @pytest.mark.procs
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# fork: in a fresh interpreter, so that no thread another test started (torch, JAX) is forked
+@pytest.mark.parametrize("context", [pytest.param("fork", marks=pytest.mark.isolated), "spawn"])
 def test_torch_dataloader_workers_get_disjoint_portions(context):
     torch = pytest.importorskip("torch")
     from tensorcom.adapters.torch import iterable_dataset

@@ -246,6 +246,7 @@ def test_read_from_pipe(shard_dir):
 
 
 @pytest.mark.procs
+@pytest.mark.isolated  # the DataLoader forks: not after threads other tests started here
 def test_torch_dataloader_workers_share_the_shards(shard_dir):
     torch_data = pytest.importorskip("torch.utils.data")
     from tensorcom.adapters.torch import iterable_dataset

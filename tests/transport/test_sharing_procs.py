@@ -152,6 +152,7 @@ def test_consumers_with_their_own_batch_size_get_the_same_samples(peers):
     assert sizes == [3] * 13 + [1]
 
 
+@pytest.mark.slow  # 25-35 s: started first, so that it does not end the run alone
 def test_a_consumer_paused_30_seconds_loses_nothing(peers):
     server = peers.server("zshare", "--batches", "20", "--min-consumers", "2")
     pausing, pausing_out = peers.consumer("--pause-at", "5", "--pause", "30")
