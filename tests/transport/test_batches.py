@@ -1,5 +1,7 @@
 """transport/batches.py: statistics count rows (tensorcom.batch.batch_size), not fields; the batch-converter hook."""
 
+import concurrent.futures
+
 import numpy as np
 import pytest
 
@@ -31,8 +33,10 @@ def test_serving_statistics_count_64_per_image_label_batch(free_port):
     port = free_port()
     pipeline = Pipeline(range(192)).map(image_label_pair).batch(64, collate=collate_pair)
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as receiver:
-        stats = serve(pipeline, f"zpush://127.0.0.1:{port}", workers=1, report=None)
-        received = list(receiver)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the receiver reads while the server sends
+            served = pool.submit(serve, pipeline, f"zpush://127.0.0.1:{port}", workers=1, report=None)
+            received = list(receiver)
+            stats = served.result(timeout=60)
     assert [len(labels) for _, labels in received] == [64, 64, 64]
     assert stats["batches"] == 3 and stats["samples"] == 192
     assert receiver.count == 192
