@@ -1,6 +1,7 @@
 """Pipeline.parallel / shard_parallel: whole portions in processes, round-robin order, errors, deaths, cleanup
 (the parent-death test of portion workers is in test_workers, beside the map workers')."""
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -192,14 +193,21 @@ class LeavingAGrandchild:
         os._exit(3)
 
 
+@contextlib.contextmanager
+def leaving_a_grandchild(tmp_path):
+    """A LeavingAGrandchild writing to a file in `tmp_path`; its grandchild is killed on the way out."""
+    path = tmp_path / "grandchild.pid"
+    try:
+        yield LeavingAGrandchild(str(path))
+    finally:
+        if path.exists():
+            os.kill(int(path.read_text()), signal.SIGKILL)
+
+
 @pytest.mark.procs
 def test_a_portion_worker_whose_pipe_a_grandchild_holds_is_reported_dead(tmp_path):
     """Issue 17: the portions' pool waited on the worker's pipe and sentinel only, which a forked
     grandchild keeps open, and hung; the process owner asks the OS and reports the death."""
-    path = tmp_path / "grandchild.pid"
-    try:
+    with leaving_a_grandchild(tmp_path) as make:
         with pytest.raises(WorkerDied, match=r"portion worker process 0 \(pid \d+\) exited with status 3"):
-            list(shard_parallel(LeavingAGrandchild(str(path)), workers=1))
-    finally:
-        if path.exists():
-            os.kill(int(path.read_text()), signal.SIGKILL)
+            list(shard_parallel(make, workers=1))

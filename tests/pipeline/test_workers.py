@@ -393,13 +393,8 @@ def test_serial_map_fails_like_a_worker():
 def test_a_map_worker_whose_pipe_a_grandchild_holds_is_reported_dead(tmp_path):
     """Issue 17: the map's pool, like the portions' one, waited on pipes and sentinels that a forked
     grandchild keeps open, and hung; the process owner asks the OS and reports the death."""
-    from test_portions import LeavingAGrandchild
+    from test_portions import leaving_a_grandchild
 
-    path = tmp_path / "grandchild.pid"
-    try:
+    with leaving_a_grandchild(tmp_path) as make:
         with pytest.raises(WorkerDied, match=r"map worker process 0 \(pid \d+\) exited with status 3"):
-            list(parallel_map([0], functools.partial(LeavingAGrandchild(str(path)), count=1), workers=1,
-                              processes=True))
-    finally:
-        if path.exists():
-            os.kill(int(path.read_text()), signal.SIGKILL)
+            list(parallel_map([0], functools.partial(make, count=1), workers=1, processes=True))
