@@ -25,6 +25,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "jax": ("jax", "jax"),
     "ray": ("ray", "ray"),
     "tqdm": ("tqdm", "progress"),
+    "pyarrow": ("pyarrow", "parquet"),
+    "datasets": ("datasets", "hf"),
 }
 
 
