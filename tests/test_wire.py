@@ -145,6 +145,25 @@ def test_portion_travels_with_batches_and_markers_and_is_optional():
         wire.decode_message([wire.MAGIC + msgpack.packb(meta)])
 
 
+def test_a_batch_index_travels_and_is_optional():
+    portion = wire.Portion("serve-1", 1, 3)
+    frames = wire.encode_batch({"x": 1}, sender="s", portion=portion, index=7)
+    assert msgpack.unpackb(bytes(frames[0])[len(wire.MAGIC):])["index"] == 7
+    assert wire.decode_message(frames).index == 7
+    assert wire.decode_message(wire.encode_batch({"x": 1}, sender="s", portion=portion)).index is None
+    assert wire.decode_message(wire.encode_end_of_epoch(seq=0, epoch=0)).index is None
+
+
+@pytest.mark.parametrize("index", [-1, 1.0, True, "3", 1 << 64])
+def test_a_bad_batch_index_is_refused_on_both_sides(index):
+    with pytest.raises(EncodeError, match="index"):
+        wire.encode_batch({"x": 1}, sender="s", index=index)
+    meta = {"v": 2, "kind": "batch", "seq": 0, "epoch": 0, "sender": "s", "batch": [], "index": index}
+    if index not in (1.0, 1 << 64):  # an integral float is an integer on the wire; 2**64 does not pack
+        with pytest.raises(DecodeError, match="index"):
+            wire.decode_message([wire.MAGIC + msgpack.packb(meta)])
+
+
 def test_the_portion_travels_under_the_share_key():
     frames = wire.encode_batch({"x": 1}, sender="s", portion=wire.Portion("serve-1", 1, 3))
     assert msgpack.unpackb(bytes(frames[0])[len(wire.MAGIC):])["share"] == ["serve-1", 1, 3]

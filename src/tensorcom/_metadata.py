@@ -73,6 +73,7 @@ class Metadata(NamedTuple):
     group_size: int
     portion: tuple[str, int, int] | None  # the `share` key
     reply: tuple | None = None
+    index: int | None = None  # a served batch's position within (epoch, portion)
 
 
 def _error(message: str) -> DecodeError:
@@ -192,6 +193,11 @@ def _integer(value: Any, name: str, minimum: int) -> int:
                  f"with an integral value below 2**53)")
 
 
+def _optional_integer(value: Any, name: str) -> int | None:
+    """`value` as an int >= 0 (as `_integer`), or None when absent/nil."""
+    return None if value is None else _integer(value, name, 0)
+
+
 def _declared_entries(payload: Any) -> int | None:
     """The number of entries the map at the start of `payload` declares; None when it is no map."""
     head = payload[0] if len(payload) else None
@@ -241,7 +247,7 @@ def _check(meta: Any, payload: Any) -> Metadata:
     return Metadata(meta["kind"], meta.get("batch"), _integer(meta["seq"], "seq", 0),  # positional: faster
                     _integer(meta["epoch"], "epoch", 0), meta["sender"], group,
                     _integer(meta.get("group_size", 1), "group_size", 1), _portion(meta.get("share")),
-                    _reply(meta.get("reply")))
+                    _reply(meta.get("reply")), _optional_integer(meta.get("index"), "index"))
 
 
 def read_metadata(payload: Any, arrays: list, max_plain_values: int) -> Metadata:

@@ -89,6 +89,7 @@ class Message:
     infos: tuple = field(default=())  # tenbin info labels of the arrays, in frame order
     portion: Portion | None = None  # protocol 2, optional: the served portion this sender sends
     reply: Reply | None = None  # protocol 2, optional: where to confirm this transmission
+    index: int | None = None  # protocol 2, optional: a served batch's 0-based position in (epoch, portion)
 
     @property
     def share(self) -> Portion | None:
@@ -123,11 +124,13 @@ def _valid_portion(portion: Any) -> bool:
             and 0 <= worker < workers)
 
 
-def _with_portion(meta: dict, portion: Any, reply: Reply | None = None) -> dict:
-    """`meta` with the `share` (the portion) and `reply` keys added when given (absent otherwise:
-    0.1-era bytes)."""
+def _with_portion(meta: dict, portion: Any, reply: Reply | None = None, index: int | None = None) -> dict:
+    """`meta` with the `share` (the portion), `index` and `reply` keys added when given (absent
+    otherwise: 0.1-era bytes)."""
     if portion is not None:
         meta["share"] = list(portion)
+    if index is not None:
+        meta["index"] = index
     if reply is not None:
         meta["reply"] = [list(reply.addresses), reply.token, reply.floor, reply.tx]
     return meta
@@ -202,7 +205,7 @@ def _encode_v1(batch: Any, infos: Sequence[str] | None) -> list:
 
 def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", protocol: int = 2,
                  infos: Sequence[str] | None = None, portion: Portion | None = None,
-                 reply: Reply | None = None, share: Portion | None = None) -> list:
+                 reply: Reply | None = None, share: Portion | None = None, index: int | None = None) -> list:
     """A batch -> frames `[metadata, header_0, data_0, ...]` (protocol 2) or 0.1 frames (protocol 1).
 
     `batch` is a list, tuple or dict, nested freely, whose leaves are numpy arrays or plain values.
@@ -210,7 +213,8 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
     depth-first order when `infos`, which labels the arrays in that order, is given). `portion`
     (stream, worker, workers) names the served portion the batch belongs to (`share=` is its
     deprecated spelling). Protocol 1 ignores seq/epoch/sender/portion/reply and keeps the list's
-    order. `reply`: where receivers confirm it.
+    order. `reply`: where receivers confirm it. `index`: the batch's 0-based position within its
+    (epoch, portion) (tensorcom.serve sets it; EncodeError when it is not an int in 0..2**64-1).
     """
     if share is not None:
         portion = renamed_option(portion, share, "portion", "share", "encode_batch")
@@ -219,11 +223,13 @@ def encode_batch(batch: Any, *, seq: int = 0, epoch: int = 0, sender: str = "", 
     if protocol != 2:
         raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
     _check_header(seq, epoch, sender, portion)
+    if index is not None and (type(index) is not int or not 0 <= index < _UINT64):
+        raise EncodeError(f"index must be an int in 0..2**64-1 (a batch's position in its portion), got {index!r}")
     if not isinstance(batch, (list, tuple, dict)):
         raise EncodeError(f"a batch is a list, tuple or dict, not a {type(batch).__name__}")
     packer = _Packer()
     meta = _with_portion({"v": VERSION, "kind": "batch", "seq": seq, "epoch": epoch, "sender": sender,
-                          "batch": batch}, portion, reply)
+                          "batch": batch}, portion, reply, index)
     try:
         head = MAGIC + packer.pack(meta)
     except EncodeError as exc:
@@ -329,7 +335,7 @@ def _decode_v2(views: list[memoryview], nbytes: int, max_plain_values: int) -> M
     return Message(kind=meta.kind, batch=meta.batch, seq=meta.seq, epoch=meta.epoch, sender=meta.sender,
                    group=meta.group, group_size=meta.group_size, protocol=2, nbytes=nbytes, infos=tuple(infos),
                    portion=None if meta.portion is None else Portion(*meta.portion),
-                   reply=None if meta.reply is None else Reply(*meta.reply))
+                   reply=None if meta.reply is None else Reply(*meta.reply), index=meta.index)
 
 
 def _too_large(views: list[memoryview], nbytes: int, max_size: int) -> MessageTooLarge:
