@@ -150,17 +150,21 @@ def open_pipe(url: str, mode: str, bufsize: int = DEFAULT_BUFSIZE, timeout: floa
 class HTTPStream(io.RawIOBase):
     """A streamed HTTP(S) GET. Connection errors, timeouts and 5xx/429 answers are retried `retries`
     times with exponential backoff from `backoff` seconds; a dropped stream is resumed at the current
-    offset with a Range request (or by skipping, when the server ignores Range). 4xx is final."""
+    offset with a Range request (or by skipping, when the server ignores Range). 4xx is final.
+    `offset` starts the body there (the same Range request); `size` is the whole body's length when
+    the server says it (else None)."""
 
     def __init__(self, url: str, timeout: float = 60.0, retries: int = 3, backoff: float = 0.2,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, offset: int = 0):
         super().__init__()
-        if retries < 0 or timeout <= 0:
-            raise ValueError(f"need retries >= 0 and timeout > 0, got {retries} and {timeout}")
+        if retries < 0 or timeout <= 0 or offset < 0:
+            raise ValueError(f"need retries >= 0, timeout > 0, offset >= 0, got {retries}, {timeout}, {offset}")
         self.url, self.timeout, self.retries, self.backoff = url, timeout, retries, backoff
         self.headers = dict(headers or {})
-        self.offset = 0
+        self.offset = offset
         self.response = self._with_retries(self._connect)
+        length = self.response.length
+        self.size = None if length is None else offset + length
 
     def readable(self) -> bool:
         return True
@@ -221,11 +225,12 @@ def _skip(response: http.client.HTTPResponse, count: int) -> None:
 
 def open_http(url: str, mode: str, bufsize: int = DEFAULT_BUFSIZE, timeout: float = 60.0,
               retries: int = 3, backoff: float = 0.2, headers: dict[str, str] | None = None,
-              **options: Any) -> IO[bytes]:
-    """http(s):// for reading, streamed (see HTTPStream); 404 and other 4xx raise OpenError at once."""
+              offset: int = 0, **options: Any) -> IO[bytes]:
+    """http(s):// for reading, streamed from byte `offset` (see HTTPStream; `.raw.size` is the whole
+    body's length when known); 404 and other 4xx raise OpenError at once."""
     _check_mode(url, mode, ("rb",))
     _no_options(url, options)
-    raw = HTTPStream(url, timeout=timeout, retries=retries, backoff=backoff, headers=headers)
+    raw = HTTPStream(url, timeout=timeout, retries=retries, backoff=backoff, headers=headers, offset=offset)
     return io.BufferedReader(raw, bufsize)
 
 
