@@ -211,7 +211,7 @@ class ServeJob:
 
     def skips(self, index: int) -> dict[int, int]:
         """{epoch: batches of worker `index`'s portion the resumed consumer already has}."""
-        return {epoch: n for (epoch, worker), n in self.plan.skips.items() if worker == index}
+        return {epoch: self.plan.skip(epoch, worker) for (epoch, worker) in self.plan.consumed if worker == index}
 
 
 def serve_portion(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:

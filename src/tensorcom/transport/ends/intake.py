@@ -50,7 +50,7 @@ class Intake:
         self.stats.add(message.nbytes, self.batch_size)
         self.count += self.batch_size
         if message.portion is not None:
-            self.consumed.batch(message.portion, message.epoch, self.batch_size)
+            self.consumed.batch(message.portion, message.epoch, self.batch_size, message.index)
         batch = transform_with(batch, self.decoding.batch_transforms)
         return transform_with(batch, self.decoding.converters)
 
