@@ -14,8 +14,10 @@ from tensorcom.rates import Rates
 @dataclass(frozen=True)
 class Item:
     """One item of the served stream: a batch (`frames`: its wire message) or the end of an epoch
-    (`frames` None). `index` counts items from 0 over the stream's life; `pos` is the batch's position
-    in its epoch (for an end: the number of batches of the epoch)."""
+    (`frames` None). `index` counts items from 0 over the stream's life (-1: a batch made again for a
+    consumer catching up, or an end made for it); `pos` is the batch's position in its epoch (for an
+    end: the number of batches of the epoch); `portion`: (stream, v, V, index within (epoch, v)) of a
+    batch of a served stream."""
 
     index: int
     epoch: int
@@ -23,6 +25,7 @@ class Item:
     frames: Any = None
     samples: int = 0
     nbytes: int = 0
+    portion: tuple | None = None
 
     @property
     def is_end(self) -> bool:
@@ -71,6 +74,7 @@ class Consumer:
     down_since: float | None = None
     quiet: bool = False  # nothing came from it for a while before its connection closed
     held_until: float | None = None  # split, departed: its unacknowledged batches are held for it until then
+    catching: int | None = None  # share: batches it lacks while it catches up (None: it is live)
     rates: Rates = field(default_factory=Rates)  # its acknowledged batches and samples (tensorcom.rates)
 
     @property
@@ -132,8 +136,8 @@ class Consumer:
     def report(self, head: int | None = None) -> dict:
         """Position, lag (items behind the stream's head, share mode), batches and samples acknowledged
         since it joined ("acked", "samples"), its samples_per_s over the window of tensorcom.rates, and
-        credit, for reports."""
+        credit, and "catching_up" (batches a restarted consumer still lacks; 0 when live), for reports."""
         return {"name": self.name, "epoch": self.position[0], "pos": self.position[1],
                 "lag": None if head is None else max(head - self.cursor, 0), "acked": self.batches,
                 "samples": self.samples, "samples_per_s": self.rates.as_dict()["samples_per_s"],
-                "credit": self.credit, "free": self.free}
+                "credit": self.credit, "free": self.free, "catching_up": self.catching or 0}

@@ -10,6 +10,7 @@ from typing import Any
 
 from tensorcom.transport.sharing._book import _Book
 from tensorcom.transport.sharing._records import Consumer, Item, Send, Welcome
+from tensorcom.transport.sharing.catch_up import CatchUp, GoLive, Regenerate
 
 POLICIES = ("pace", "detach")
 DETACH_AFTER = 1.0  # seconds a full replay buffer may hold the stream before its holders are detached
@@ -30,13 +31,23 @@ class ShareBook(_Book):
         self.buffer: deque[Item] = deque()
         self.head = 0  # index of the next item to be added
         self.epoch_start = 0  # index of the first item of the current (newest) epoch
+        self.catch_up = CatchUp()  # the portions' live positions and the consumers catching up
+        self.regenerations: list[Regenerate] = []  # asked since take_regenerations()
 
     def head_index(self) -> int:
         return self.head
 
-    def join(self, peer: Any, name: str, credit: int) -> Welcome:
-        """Add a consumer; it starts at the oldest buffered item of the current epoch."""
+    def join(self, peer: Any, name: str, credit: int, record: dict | None = None) -> Welcome:
+        """Add a consumer; it starts at the oldest buffered item of the current epoch, or, joining
+        with `record` (its consumer state) that names this stream, catches up first (catch_up)."""
         consumer = self._new_consumer(peer, name, credit)
+        asks = None if not record else self.catch_up.join(peer, record, list(self.buffer), self.head, self.epoch)
+        if asks is not None:
+            self.regenerations.extend(asks)
+            consumer.catching = self.catch_up.remaining(peer)
+            consumer.cursor = self.head
+            consumer.position = (self.catch_up.first_epoch(peer, self.epoch), 0)
+            return Welcome(self.mode, *consumer.position)
         base = self.buffer[0].index if self.buffer else self.head
         consumer.cursor = max(self.epoch_start, base)
         first = self.buffer[consumer.cursor - base] if consumer.cursor < self.head else None
@@ -47,9 +58,19 @@ class ShareBook(_Book):
     def remove(self, peer: Any) -> Consumer | None:
         """Forget a consumer that left or died; count what it had not acknowledged."""
         consumer = self.consumers.pop(peer, None)
+        self.catch_up.forget(peer)
         if consumer is not None:
             self.lost_batches += consumer.pending_batches()
         return consumer
+
+    def take_regenerations(self) -> list[Regenerate]:
+        """The batches to make again for consumers catching up, asked since the last call."""
+        asks, self.regenerations = self.regenerations, []
+        return asks
+
+    def regenerated(self, item: Item) -> None:
+        """A batch made again (its `portion` says which) for the consumers catching up."""
+        self.catch_up.regenerated(item)
 
     def _revive(self, consumer: Consumer, upto: int) -> Consumer | None:
         """A departed consumer back: its session goes on while the buffer still holds what it lacks."""
@@ -63,7 +84,11 @@ class ShareBook(_Book):
 
     def _front_free(self) -> bool:
         front = self.buffer[0].index  # with no consumer at all, the buffer waits for one
-        return bool(self.consumers) and all(c.first_needed() > front for c in self.consumers.values())
+        return bool(self.consumers) and all(c.first_needed() > front for c in self._live())
+
+    def _live(self) -> list[Consumer]:
+        """The consumers that hold the buffer: all but those catching up."""
+        return [c for c in self.consumers.values() if c.catching is None]
 
     def can_take(self) -> bool:
         """True when a new item may be added: the stream flows, and the buffer has room or its front
@@ -80,7 +105,7 @@ class ShareBook(_Book):
             self.blocked_since = None
             front = self.buffer[0].index
             for peer, consumer in list(self.consumers.items()):
-                if consumer.first_needed() <= front:
+                if consumer.catching is None and consumer.first_needed() <= front:
                     self.remove(peer)
                     self.detached.append((peer, f"fell {self.replay} batches behind the stream (policy detach)"))
             return self._front_free()
@@ -96,8 +121,9 @@ class ShareBook(_Book):
             self.epoch, self.pos, self.epoch_start = item.epoch + 1, 0, self.head
         else:
             self.epoch, self.pos = item.epoch, item.pos + 1
+        self.catch_up.passing(item)
         while len(self.buffer) > self.replay and self._front_free():
-            self.buffer.popleft()
+            self.catch_up.dropped(self.buffer.popleft())
 
     def sends(self) -> list[Send]:
         """Everything that may be sent now: each consumer's next items, batches within its credit."""
@@ -107,7 +133,9 @@ class ShareBook(_Book):
             if not consumer.up:
                 continue
             result.extend(consumer.resends())
-            while consumer.cursor < self.head and not consumer.resend:
+            if consumer.catching is not None and not consumer.resend:
+                result.extend(self._catching_up(consumer))
+            while consumer.catching is None and consumer.cursor < self.head and not consumer.resend:
                 item = self.buffer[consumer.cursor - base]
                 if not item.is_end and consumer.free <= 0:
                     break
@@ -115,10 +143,23 @@ class ShareBook(_Book):
                 consumer.cursor += 1
         return result
 
+    def _catching_up(self, consumer: Consumer) -> list[Send]:
+        """A consumer catching up: what it lacks, within its credit; then it goes live."""
+        result = []
+        for action in self.catch_up.sends(consumer.peer, consumer.free):
+            if isinstance(action, GoLive):
+                consumer.cursor, consumer.catching = action.cursor, None
+            else:
+                result.append(consumer.deliver(action))
+        if consumer.catching is not None:
+            consumer.catching = self.catch_up.remaining(consumer.peer)
+        return result
+
     def done(self) -> bool:
         """The stream ended and every consumer has had and acknowledged all of it, its epoch ends too
         (an end lost in a reset is sent again when the consumer resumes, before the server says bye)."""
-        return self.ended and all(c.cursor == self.head and c.settled() for c in self.consumers.values())
+        return self.ended and all(c.catching is None and c.cursor == self.head and c.settled()
+                                  for c in self.consumers.values())
 
     def undelivered(self) -> dict[str, int]:
         """Per consumer name: batches not yet acknowledged (sent or not)."""
@@ -126,6 +167,7 @@ class ShareBook(_Book):
         result = {}
         for c in self.consumers.values():
             unsent = sum(1 for item in list(self.buffer)[max(c.cursor - base, 0):] if not item.is_end)
+            unsent += c.catching or 0
             if unsent + c.pending_batches():
                 result[c.name] = unsent + c.pending_batches()
         return result
