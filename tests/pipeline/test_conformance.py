@@ -26,6 +26,7 @@ from tensorcom.pipeline._pooled import MapPlan, Prefetched, WorkerMapped
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced
 from tensorcom.pipeline.function_source import FunctionSource
+from tensorcom.pipeline.table_sources import ArrowSource, ParquetSource, TableSource
 from tensorcom.pipeline.stages import Batched, Filtered, Mapped, Repeated, Unbatched
 
 N = 23
@@ -83,6 +84,23 @@ def source_node(source, seed=1, epoch=2, worker=0, num_workers=1):
     return source.open(seed=seed, epoch=epoch, worker=worker, num_workers=num_workers)
 
 
+def table_file(data, kind):
+    """A Parquet file of 23 rows in row groups of 5 (its Arrow IPC twin in record batches of 5), written once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = data / f"table.{kind}"
+    if not path.exists():
+        table = pa.table({"x": np.arange(N), "odd": np.arange(N) % 2 == 1})
+        if kind == "parquet":
+            pq.write_table(table, path, row_group_size=5)
+        else:
+            with pa.ipc.new_file(path, table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=5):
+                    writer.write_batch(batch)
+    return str(path)
+
+
 def shard_urls(data):
     return f"{data}/d-{{00..04}}.tar"
 
@@ -100,6 +118,9 @@ REGISTRY = {
     "ShardReader": lambda data: shards.samples(shard_urls(data), rank=0, world_size=1, worker=0, num_workers=1),
     "ImageFolderSource": lambda data: source_node(ImageFolderSource(str(data / "tree"), shuffle=True)),
     "FunctionSource": lambda data: source_node(FunctionSource(f"{__file__}:numbers")),
+    "ParquetSource": lambda data: source_node(ParquetSource(table_file(data, "parquet"), shuffle=True)),
+    "ArrowSource": lambda data: source_node(ArrowSource(table_file(data, "arrow"), filter=[("odd", False)]), 3, 1, 1, 2),
+    "TableSource": lambda data: source_node(TableSource(table_file(data, "parquet"), columns=["x"]), worker=1, num_workers=2),
     # stages
     "Mapped": lambda data: Mapped(items(), jitter, (1, 0, 0, 3)),
     "Filtered": lambda data: Filtered(ints(), odd),

@@ -3,6 +3,7 @@
     Pipeline(source, seed=0)...        a source and a chain of stages (tensorcom.pipeline._pipeline)
     ShardDataset(urls, ...)            the shortcut that builds the usual Pipeline over tar shards
     IterableSource, ShardSource, PathSource, FetchSource, Source     where samples come from
+    ParquetSource, ArrowSource         Parquet / Arrow IPC tables by row group (pyarrow, imported when used)
     Node                               the contract of every source and stage: next, state_dict, load_state_dict
     serve(pipeline, urls, workers=N)   run a pipeline in N processes that send to URLs
     WorkerPool, parallel_map, prefetching                             the worker machinery
@@ -15,7 +16,8 @@ from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._shard_dataset import ShardDataset
 from tensorcom.pipeline.serving import serve
 from tensorcom.pipeline.sources import FetchSource, IterableSource, PathSource, ShardSource, Source
+from tensorcom.pipeline.table_sources import ArrowSource, ParquetSource
 from tensorcom.pipeline.workers import WorkerPool, parallel_map, prefetching
 
-__all__ = ["FetchSource", "IterableSource", "Node", "PathSource", "Pipeline", "ShardDataset", "ShardSource",
-           "Source", "WorkerPool", "parallel_map", "prefetching", "serve"]
+__all__ = ["ArrowSource", "FetchSource", "IterableSource", "Node", "ParquetSource", "PathSource", "Pipeline",
+           "ShardDataset", "ShardSource", "Source", "WorkerPool", "parallel_map", "prefetching", "serve"]
