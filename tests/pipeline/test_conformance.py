@@ -20,7 +20,7 @@ import pytest
 import tensorcom.pipeline
 from tensorcom import shards
 from tensorcom.images import ImageFolderSource
-from tensorcom.pipeline import FetchSource, IterableSource, Node, PathSource, Pipeline, ShardSource, Source
+from tensorcom.pipeline import FetchSource, IterableSource, Mix, Node, PathSource, Pipeline, ShardSource, Source
 from tensorcom.pipeline._node import Indexed, Replayed
 from tensorcom.pipeline._pooled import MapPlan, Prefetched, WorkerMapped
 from tensorcom.pipeline._shuffle import Shuffled
@@ -121,6 +121,10 @@ REGISTRY = {
     "ParquetSource": lambda data: source_node(ParquetSource(table_file(data, "parquet"), shuffle=True)),
     "ArrowSource": lambda data: source_node(ArrowSource(table_file(data, "arrow"), filter=[("odd", False)]), 3, 1, 1, 2),
     "TableSource": lambda data: source_node(TableSource(table_file(data, "parquet"), columns=["x"]), worker=1, num_workers=2),
+    "Mix": lambda data: iter(Pipeline.mix([IterableSource(list(range(N)), shuffle=True), ShardSource(shard_urls(data))],
+                                          [2, 1], seed=3, policy="exact", window=5, on_end="drop")),
+    "Mixed": lambda data: source_node(Mix({"a": range(N), "b": Pipeline(range(50, 60)).shuffle(3)}, {"a": 1, "b": 2})),
+    "Mixed/resample": lambda data: iter(Pipeline.mix([range(5), range(50, 60)], [1, 1], on_end="resample").take(30)),
     # stages
     "Mapped": lambda data: Mapped(items(), jitter, (1, 0, 0, 3)),
     "Filtered": lambda data: Filtered(ints(), odd),

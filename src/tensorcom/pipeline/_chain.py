@@ -127,10 +127,18 @@ def chain_length(p: Any, count: int) -> int | None:
         sizes = [chain_length(p._subshard(i, n, cuts[-1]), cuts[-1]) for i in range(n)]
         size, start = (None if None in sizes else sum(sizes)), cuts[-1] + 1  # type: ignore[arg-type]
     else:
-        size, start = p.source.length(p.worker, p.num_workers), 0
+        size, start = _source_length(p), 0
     for step in p.steps[start:count]:
         size = _step_length(step, size)
     return size
+
+
+def _source_length(p: Any) -> int | None:
+    """The source's length for p's portion; a source whose length depends on the epoch's choices (a
+    Mix that ends with its first empty member) says so with `length_by_epoch` and gets seed and epoch."""
+    if getattr(p.source, "length_by_epoch", False):
+        return p.source.length(p.worker, p.num_workers, seed=p.seed, epoch=p.epoch)
+    return p.source.length(p.worker, p.num_workers)
 
 
 def _step_length(step: Any, size: int | None) -> int | None:

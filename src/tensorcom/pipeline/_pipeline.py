@@ -47,6 +47,7 @@ from tensorcom.batch import default_collate
 from tensorcom.fieldspec import parse_fields
 from tensorcom.pipeline._chain import build_chain, chain_length
 from tensorcom.pipeline._fieldstages import DictMapper, Renamer, SampleDecoder, TupleMapper, kept
+from tensorcom.pipeline._mix_source import Mix
 from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
 from tensorcom.pipeline.sources import IterableSource, Source
@@ -139,6 +140,16 @@ class Pipeline:
 
     def _then(self, kind: str, **args: Any) -> Pipeline:
         return self._copy(steps=self.steps + (Step(kind, args),))
+
+    @staticmethod
+    def mix(members: Any, weights: Any = None, *, seed: int = 0, policy: str = "random", window: int = 1000,
+            on_end: str = "stop") -> Pipeline:
+        """A pipeline whose source draws each sample from one of `members` (Sources, Pipelines, any
+        re-iterable; a list, or a dict by name) with probabilities `weights`: policy "random" (each
+        draw independent) or "exact" (the proportions exact in every `window` samples); a member that
+        runs out ends the mixture (on_end="stop"), starts its next pass ("resample": endless), or
+        drops out, the others' weights renormalised ("drop"). See tensorcom.pipeline.Mix."""
+        return Pipeline(Mix(members, weights, policy=policy, window=window, on_end=on_end), seed=seed)
 
     # --- stages ---------------------------------------------------------------------------------
 
