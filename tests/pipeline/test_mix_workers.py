@@ -1,0 +1,120 @@
+"""Mixtures under workers: torchdata's StatefulDataLoader with 2 spawned workers restored mid-epoch,
+and tensorcom.serve(workers=2) of a mixed pipeline restarted from its consumer's state."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from tensorcom.adapters.torch import iterable_dataset
+from tensorcom.pipeline import IterableSource, Pipeline, serve
+from tensorcom.pipeline.mix import member_counts
+from tensorcom.transport.connection import Connection
+
+pytestmark = [pytest.mark.procs]
+
+
+def tagged(i):
+    return {"__key__": f"s{i:04d}", "i": np.int32(i)}
+
+
+def mixed_pipeline():
+    """70 samples of two members (40 shuffled numbers, 30 of a shuffled pipeline), 7:3 in every 10,
+    a member dropped when it runs out; picklable, for spawned workers and serve("module:function")."""
+    members = {"big": IterableSource(range(40), shuffle=True), "small": Pipeline(range(1000, 1030), seed=9).shuffle(5)}
+    return Pipeline.mix(members, {"big": 7, "small": 3}, seed=6, policy="exact", window=10, on_end="drop").map(tagged)
+
+
+ALL = sorted(f"s{i:04d}" for i in itertools.chain(range(40), range(1000, 1030)))
+
+
+def unchanged(sample):
+    return sample
+
+
+def loader(workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader(iterable_dataset(mixed_pipeline()), batch_size=None, num_workers=workers,
+                              collate_fn=unchanged, multiprocessing_context="spawn", timeout=60)
+
+
+def round_robin(*portions):
+    """The order in which a loader's workers' items arrive: one of each in turn, a finished one left out."""
+    iterators, out = [iter(p) for p in portions], []
+    while iterators:
+        for it in list(iterators):
+            try:
+                out.append(next(it))
+            except StopIteration:
+                iterators.remove(it)
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly():
+    pytest.importorskip("torchdata.stateful_dataloader")
+    p = mixed_pipeline()
+    whole = [s["__key__"] for s in round_robin(p.shard(0, 2), p.shard(1, 2))]
+    assert sorted(whole) == ALL
+    first = loader(2)
+    iterator = iter(first)
+    before = [next(iterator)["__key__"] for _ in range(23)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator, first
+    counts = member_counts(state)  # each worker's per-member counts, added up
+    assert sum(counts.values()) == 23 and counts["big"] == sum(int(k[1:]) < 1000 for k in before)
+    second = loader(2)
+    second.load_state_dict(state)
+    assert before + [s["__key__"] for s in second] == whole
+
+
+SERVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from tensorcom.pipeline.serving import serve
+    if __name__ == "__main__":
+        serve("test_mix_workers:batched_mixture", {url!r}, workers=2, report=None,
+              connection_options={{"sndhwm": 1}})
+""")
+
+
+def batched_mixture():
+    return mixed_pipeline().batch(4)
+
+
+def keys(batches):
+    return [key for batch in batches for key in batch["__key__"]]
+
+
+@pytest.mark.net
+@pytest.mark.timeout(120)
+def test_serve_of_a_mixture_resumes_from_the_consumers_state(popen, tmp_path, free_port):
+    port, port2, state_path = free_port(), free_port(), tmp_path / "state.json"
+    script = tmp_path / "server.py"
+    script.write_text(SERVER.format(tests=os.path.dirname(__file__), url=f"zpush://127.0.0.1:{port}"))
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        server = popen.start([sys.executable, str(script)])
+        before = keys(conn.recv() for _ in range(5))
+        conn.save_state(state_path)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+    result = {}
+    with Connection(f"zpull://127.0.0.1:{port2}", timeout=30) as conn:
+        conn.load_state_dict(json.loads(state_path.read_text()))
+        thread = threading.Thread(target=lambda: result.update(serve(
+            "test_mix_workers:batched_mixture", f"zpush://127.0.0.1:{port2}", workers=2, report=None,
+            resume=str(state_path))))
+        thread.start()
+        after = keys(conn)
+        thread.join(timeout=30)
+    assert len(before) == 20 and sorted(before + after) == ALL  # every sample once: nothing repeated, nothing lost
+    assert result["samples"] == 50
