@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -118,3 +119,15 @@ def test_serve_of_a_mixture_resumes_from_the_consumers_state(popen, tmp_path, fr
         thread.join(timeout=30)
     assert len(before) == 20 and sorted(before + after) == ALL  # every sample once: nothing repeated, nothing lost
     assert result["samples"] == 50
+
+
+@pytest.mark.timeout(60)
+def test_the_data_mix_example_runs_and_resumes_exactly(popen):
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data_mix.py")
+    proc = popen.python(example, "--short", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=50)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("web 70, books 30") == 3  # 70/30 in every window of 100
+    assert "every sample of both members once: True" in out
+    assert "saved after 150 samples: {'web': 104, 'books': 46}" in out
+    assert "the same as an uninterrupted run: True" in out
