@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import os
 import pkgutil
 
 import numpy as np
@@ -26,6 +27,7 @@ from tensorcom.pipeline._pooled import MapPlan, Prefetched, WorkerMapped
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced
 from tensorcom.pipeline.function_source import FunctionSource
+from tensorcom.pipeline.hf_sources import HFIterableSource, HFIterating, HFRows, HFSource
 from tensorcom.pipeline.table_sources import ArrowSource, ParquetSource, TableSource
 from tensorcom.pipeline.stages import Batched, Filtered, Mapped, Repeated, Unbatched
 
@@ -101,6 +103,14 @@ def table_file(data, kind):
     return str(path)
 
 
+def hf_dataset():
+    """A Hugging Face Dataset of N rows {"x": i}, built here (offline: nothing reaches a hub)."""
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import datasets
+
+    return datasets.Dataset.from_dict({"x": list(range(N))})
+
+
 def shard_urls(data):
     return f"{data}/d-{{00..04}}.tar"
 
@@ -121,6 +131,10 @@ REGISTRY = {
     "ParquetSource": lambda data: source_node(ParquetSource(table_file(data, "parquet"), shuffle=True)),
     "ArrowSource": lambda data: source_node(ArrowSource(table_file(data, "arrow"), filter=[("odd", False)]), 3, 1, 1, 2),
     "TableSource": lambda data: source_node(TableSource(table_file(data, "parquet"), columns=["x"]), worker=1, num_workers=2),
+    "HFSource": lambda data: source_node(HFSource(hf_dataset(), shuffle=True, block=4)),
+    "HFRows": lambda data: HFRows(hf_dataset(), list(range(N))[::-1], 5),
+    "HFIterableSource": lambda data: source_node(HFIterableSource(hf_dataset().to_iterable_dataset(num_shards=3)), 0, 0, 1, 2),
+    "HFIterating": lambda data: HFIterating(hf_dataset().to_iterable_dataset()),
     "Mix": lambda data: iter(Pipeline.mix([IterableSource(list(range(N)), shuffle=True), ShardSource(shard_urls(data))],
                                           [2, 1], seed=3, policy="exact", window=5, on_end="drop")),
     "Mixed": lambda data: source_node(Mix({"a": range(N), "b": Pipeline(range(50, 60)).shuffle(3)}, {"a": 1, "b": 2})),

@@ -1,6 +1,7 @@
 """`Pipeline`: a source and a chain of stages, in one chainable style.
 
-    Pipeline(source, seed=0)                      source: any iterable or a tensorcom.pipeline.sources.Source
+    Pipeline(source, seed=0)                      source: any iterable, a tensorcom.pipeline.sources.Source, or a
+                                                  Hugging Face Dataset / IterableDataset (pipeline.hf_sources)
       .map(fn, rng=False, workers=0, processes=False, ordered=True, buffer=None)
       .filter(predicate)  .select(*fields)  .to_tuple(*fields)  .shuffle(bufsize)
       .batch(n, partial=True, collate=default_collate)  .unbatch()  .rebatch(n, ...)
@@ -50,6 +51,7 @@ from tensorcom.pipeline._fieldstages import DictMapper, Renamer, SampleDecoder, 
 from tensorcom.pipeline._mix_source import Mix
 from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
+from tensorcom.pipeline.hf_sources import hf_source
 from tensorcom.pipeline.sources import IterableSource, Source
 from tensorcom.pipeline.workers import WorkerPool, check_picklable
 from tensorcom.checks import check_options
@@ -108,7 +110,7 @@ class Pipeline:
             self.seed = inner.seed if seed is None else _non_negative("seed", seed)
             return
         self.seed = 0 if seed is None else _non_negative("seed", seed)
-        self.source: Source = source if isinstance(source, Source) else IterableSource(source)
+        self.source: Source = source if isinstance(source, Source) else hf_source(source) or IterableSource(source)
         self.steps: tuple[Step, ...] = ()
         self.epoch = 0
         self.worker = 0
