@@ -342,8 +342,10 @@ def test_resume_through_the_command_line(popen, tmp_path, free_port):
 
 def test_resume_state_must_fit_the_server(tmp_path):
     state = {"version": 1, "streams": {"serve-x": {"workers": 2, "epoch": 3, "shares": []}}}
-    with pytest.raises(ValueError, match="workers=2"):
-        serve(make_pipeline(), "zpush://127.0.0.1:7000", workers=3, resume=state)
+    with pytest.raises(ValueError, match="has 2 portions"):
+        serve(make_pipeline(), "zpush://127.0.0.1:7000", workers=3, resume=state, portions=3)
+    with pytest.raises(ValueError, match="binding URL"):
+        serve(make_pipeline(), "zpub://127.0.0.1:{7000..7002}", resume=state, epochs=9)
     with pytest.raises(ValueError, match="epoch 3"):
         serve(make_pipeline(), "zpush://127.0.0.1:7000", workers=2, epochs=2, resume=state)
 
@@ -386,17 +388,18 @@ def test_first_report_comes_after_a_batch_with_a_non_zero_rate(free_port):
 
 def test_one_job_for_serving_processes_and_ray_actors(free_port):
     """Issue 17: tensorcom.serve's workers and tensorcom.ray's actors are given one ServeJob; worker
-    i's Connection carries its portion and marker group, and its skips are those of its portion."""
+    i serves portions v % N == i, each portion's Connection carries it and the marker group of V."""
     from tensorcom.adapters.ray import _actors
     from tensorcom.pipeline.serving import ServeJob
     from tensorcom.transport.resume import ResumePlan
 
     assert not hasattr(_actors, "ActorJob")
     url = f"zpush://127.0.0.1:{free_port()}"
-    job = ServeJob([[url], [url]], ResumePlan("s", 2, 3, {(3, 1): 5, (4, 0): 2}), {"linger": 0.0})
-    assert (job.stream, job.workers, job.skips(1), job.skips(0)) == ("s", 2, {3: 5}, {4: 2})
-    conn = job.connect(1)
+    job = ServeJob([[url], [url]], ResumePlan("s", 5, 3, {(3, 1): 5, (4, 0): 2}), {"linger": 0.0})
+    assert (job.stream, job.portions, job.processes, job.portions_of(1)) == ("s", 5, 2, [1, 3])
+    assert (len(job.plan.taken(3, 1)), len(job.plan.taken(4, 0)), len(job.plan.taken(3, 0))) == (5, 2, 0)
+    conn = job.connect(3)
     try:
-        assert (conn.group, conn.group_size, tuple(conn.portion)) == ("s", 2, ("s", 1, 2))
+        assert (conn.group, conn.group_size, tuple(conn.portion)) == ("s", 5, ("s", 3, 5))
     finally:
         conn.close(linger=0.0)

@@ -1,29 +1,36 @@
-"""`tensorcom.serve`: run a pipeline in N worker processes, each sending its batches to ZeroMQ URLs.
+"""`tensorcom.serve`: run a pipeline in N processes, which send its V portions to ZeroMQ URLs.
 
-    serve(pipeline, urls, workers=N, epochs=1, report=10.0)
+    serve(pipeline, urls, workers=N, epochs=1, report=10.0, portions=V)
 
-The pipeline reaches the workers in one of three forms: a `Pipeline` (pickled; its functions must be
+The pipeline reaches the processes in one of three forms: a `Pipeline` (pickled; its functions must be
 module-level), a "module:function" string, or a picklable callable taking nothing and returning a
-Pipeline. Worker i iterates `pipeline.shard(i, N)`, so the N workers cover disjoint parts of the
-source; after each epoch it calls `Connection.end_epoch()`, so a receiver sees N markers per epoch.
+Pipeline. A served stream has V portions (default V = N; fixed for the stream's life): portion v is
+`pipeline.shard(v, V)`, so the V portions cover disjoint parts of the source and which samples form
+which batch, and each portion's order, depend on the seed, the epoch and V only, never on N. Process
+i serves the portions v with v % N == i (`ServeJob.portions_of`), each on a Connection of its own,
+round-robin (tensorcom.pipeline.portion_sending); after each epoch each portion's Connection ends it
+(`Connection.end_epoch()`), so a receiver sees V markers per epoch.
 
 URLs (brace-expanded; all binding or all connecting; sending schemes only; no inproc):
-  * connecting (zpush, zrpub): every worker connects to every URL; the N workers form one marker group
-    (shared group id, group_size=N), so a receiver binding one URL ends its epoch after N markers;
+  * connecting (zpush, zrpub): every process connects to every URL; the V portions form one marker group
+    (shared group id, group_size=V), so a receiver binding one URL ends its epoch after V markers;
   * binding (zpub, zrpush): a port can be bound by one process only, so there must be exactly one URL
-    per worker — worker i binds urls[i] — and each worker is a group of its own; the receiver connects
-    to all of them ("zsub://127.0.0.1:788{0..3}") and ends its epoch after one marker from each.
+    per process — process i binds urls[i] and serves portion i (V = N) — and each is a group of its
+    own; the receiver connects to all of them ("zsub://127.0.0.1:788{0..3}") and ends its epoch after
+    one marker from each.
 
-Every message carries its portion (stream id, worker i of N) and the pipeline's epoch, so a receiver
-records what it was handed (`Connection.state_dict()`); `serve(..., resume=STATE)` serves the same
-stream from that point: worker i passes over (`fast_forward`) the batches of its portion the consumer has.
+Every batch carries its portion (stream id, v of V), the pipeline's epoch and its index (its position
+within (epoch, portion)), so a receiver records what it was handed (`Connection.state_dict()`);
+`serve(..., resume=STATE)` serves the same stream (its V from the state, any number of processes) from
+that point: each portion passes over (`portion_sending.untaken`) the batches the consumer has.
 Batches go out zero-copy (`send(batch, copy=False)`): the pipeline hands each batch over and must not
 modify its arrays after yielding it.
 
 Each worker is a process of the process owner (tensorcom.pipeline.processes) running the one worker
-loop on one task, its portion (`serve_portion`), whose values are its counts: messages to the parent
+loop on one task, its portions (`serve_portions`), whose values are its counts: messages to the parent
 (on the worker's pipe) are ("item", i, (batches, samples)) after its first batch, then at most every
-PROGRESS_INTERVAL seconds and after each epoch, then ("end", i, count) once its connection is closed,
+portion_sending.PROGRESS_INTERVAL seconds and after each epoch, then ("end", i, count) once its connections
+are closed,
 or ("error", i, Failure), after which the worker exits with status 1. The parent (a `Supervisor`,
 tensorcom.pipeline._supervisor) prints a rate line to stderr every `report` seconds from the first
 batch (or calls `on_report(stats)`), with rates over the sliding window of tensorcom.rates (the last
@@ -36,8 +43,6 @@ before returning. Workers watch the parent and exit when it disappears
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -46,13 +51,11 @@ from tensorcom.checks import positive
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._supervisor import Supervisor
 from tensorcom.pipeline.function_spec import load_function
+from tensorcom.pipeline.portion_sending import Lane, send_epochs
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.workers import check_picklable
-from tensorcom.rates import Throttle
-from tensorcom.batch import batch_size
 from tensorcom.transport.resume import ResumePlan
 
-PROGRESS_INTERVAL = 0.25  # seconds between a worker's progress messages
 DEFAULT_LINGER = None  # a finished worker waits for its consumers to read everything, however slow
 
 
@@ -114,74 +117,17 @@ def assign_urls(urls: Any, workers: int | None) -> tuple[list[list[str]], bool]:
     return [[e.url for e in endpoints] for _ in range(count)], False
 
 
-def _samples_in(batch: Any) -> int:
-    try:
-        return batch_size(batch)
-    except TypeError:
-        return 0
-
-
-class _Progress:
-    """A worker's counts, reported at most every PROGRESS_INTERVAL seconds."""
-
-    def __init__(self) -> None:
-        self.batches = self.samples = 0
-        self.due = Throttle(PROGRESS_INTERVAL, start=-math.inf)  # the first batch is reported at once
-
-    def add(self, batch: Any) -> bool:
-        """Count `batch`; True when a report is due (tensorcom.rates.Throttle)."""
-        self.batches, self.samples = self.batches + 1, self.samples + _samples_in(batch)
-        return self.due.due()
-
-    def report(self) -> tuple[int, int]:
-        return self.batches, self.samples
-
-
-def send_epochs(pipeline: Pipeline, conn: Any, epochs: int | None, first_epoch: int, stop: Any,
-                barrier: Any, skips: dict[int, int] | None = None) -> Iterator[tuple[int, int]]:
-    """Send each epoch's batches then an end-of-epoch marker; after each marker wait at `barrier` for
-    the other workers, so that no worker's next epoch overtakes another's marker. Yields the counts
-    (batches, samples) sent so far when a report is due and after each marker. `skips[epoch]`: batches
-    of that epoch the consumer already has (resume), passed over unsent. Messages carry the epoch."""
-    progress = _Progress()
-    epoch = first_epoch
-    while (epochs is None or epoch < first_epoch + epochs) and not stop.is_set():
-        pipeline.set_epoch(epoch)
-        conn.epoch_number = epoch
-        for batch in fast_forward(iter(pipeline), (skips or {}).get(epoch, 0), epoch):
-            if stop.is_set():
-                return
-            conn.send(batch, copy=False)  # the pipeline made it and lets it go: zero-copy, as Connection.serve
-            if progress.add(batch):
-                yield progress.report()
-        conn.end_epoch()
-        yield progress.report()  # an epoch's counts reach the report even if the next send blocks
-        barrier.wait()
-        epoch += 1
-
-
-def fast_forward(batches: Iterator[Any], count: int, epoch: int) -> Iterator[Any]:
-    """`batches` (one epoch of a worker's portion) without its first `count`, which a resumed consumer
-    already has; ValueError when the portion is shorter (not the pipeline the consumer was fed from).
-    Pipelines are deterministic given (seed, epoch, worker), so this recomputes and drops them; a
-    pipeline that restores its own state could take this function's place."""
-    skipped = sum(1 for _ in itertools.islice(batches, count))
-    if skipped < count:
-        raise ValueError(f"resume: the consumer has {count} batches of epoch {epoch} of this worker's portion, "
-                         f"but the portion has only {skipped}; is this the pipeline it was fed from?")
-    return batches
-
-
 @dataclass(frozen=True)
 class ServeJob:
-    """What every serving worker is given, a process of tensorcom.serve or a Ray actor of
-    tensorcom.ray: `urls[i]` for worker i, the stream's `plan` (stream id, worker count N, first
-    epoch, the batches to skip when resuming), Connection `options` (with "linger"), whether the N
-    workers form one marker group (`grouped`; False: each binds a URL of its own and is a group of
-    its own), the pipeline `spec` and how many `epochs` (None: forever) when the worker runs them
-    itself (serve_portion), the driver's working directory `cwd` (searched first for
-    "module:function") and `settle`: each run ends once the receiver confirmed everything it sent
-    (Ray's ServerActor, sending to the driver's hub)."""
+    """What every serving process is given, a process of tensorcom.serve or a Ray actor of
+    tensorcom.ray: `urls[i]` for process i (N = len(urls) processes), the stream's `plan` (stream id,
+    V portions, first epoch, the batch indices the consumers have when resuming), Connection
+    `options` (with "linger"), whether the V portions form one marker group (`grouped`; False: each
+    process binds a URL of its own, serves one portion and is a group of its own), the pipeline
+    `spec` and how many `epochs` (None: forever) when the process runs them itself (serve_portions),
+    the driver's working directory `cwd` (searched first for "module:function") and `settle`: each
+    run ends once the receiver confirmed everything it sent (Ray's ServerActor, sending to the
+    driver's hub). Process i serves the portions v with v % N == i (`portions_of`)."""
 
     urls: list[list[str]]
     plan: ResumePlan
@@ -197,53 +143,68 @@ class ServeJob:
         return self.plan.stream
 
     @property
-    def workers(self) -> int:
-        return self.plan.workers
+    def portions(self) -> int:
+        """V, the stream's number of portions."""
+        return self.plan.portions
 
-    def connect(self, index: int) -> Any:
-        """Worker `index`'s Connection: its URLs, its marker group, its portion (stream, index, N)."""
+    workers = portions  # the old name
+
+    @property
+    def processes(self) -> int:
+        """N, the number of serving processes (or Ray actors)."""
+        return len(self.urls)
+
+    def portions_of(self, process: int) -> list[int]:
+        """The portions process `process` serves: v with v % N == process."""
+        return list(range(process, self.portions, self.processes))
+
+    def connect(self, portion: int) -> Any:
+        """Portion `portion`'s Connection: the URLs of the process serving it, its marker group (of V),
+        its portion (stream, v, V)."""
         from tensorcom.transport.connection import Connection
 
         options = {key: value for key, value in self.options.items() if key != "linger"}
-        return Connection(self.urls[index], group=self.stream if self.grouped else None,
-                          group_size=self.workers if self.grouped else 1,
-                          portion=(self.stream, index, self.workers), **options)
-
-    def skips(self, index: int) -> dict[int, int]:
-        """{epoch: batches of worker `index`'s portion the resumed consumer already has}."""
-        return {epoch: self.plan.skip(epoch, worker) for (epoch, worker) in self.plan.consumed if worker == index}
+        return Connection(self.urls[portion % self.processes], group=self.stream if self.grouped else None,
+                          group_size=self.portions if self.grouped else 1,
+                          portion=(self.stream, portion, self.portions), **options)
 
 
-def serve_portion(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
-    """Build the pipeline, send portion `index` epoch by epoch, each message tagged with the portion
-    (yielding send_epochs's counts), close the connection: its consumers read everything first (for
-    at most options["linger"] seconds when not None), or Connection.close raises Undelivered, which
-    fails the worker. After a failure or a stop, what is queued is discarded."""
-    pipeline = resolve(job.spec).shard(index, job.workers)
+def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple[int, int]]:
+    """Build process `index`'s portions of the pipeline (portion v as worker v of V), send them epoch
+    by epoch, each on its own Connection tagged with its portion (yielding send_epochs's counts),
+    close the connections: their consumers read everything first (for at most options["linger"]
+    seconds when not None), or Connection.close raises Undelivered, which fails the process. After a
+    failure or a stop, what is queued is discarded."""
+    made = resolve(job.spec)
     linger = job.options.get("linger", DEFAULT_LINGER)
-    conn = job.connect(index)
+    lanes: list[Lane] = []
     try:
-        yield from send_epochs(pipeline, conn, job.epochs, job.plan.epoch, stop, barrier, job.skips(index))
+        for portion in job.portions_of(index):
+            lanes.append(Lane(portion, made.shard(portion, job.portions), job.connect(portion)))
+        yield from send_epochs(lanes, job.epochs, job.plan.epoch, stop, barrier, job.plan.taken)
     except BaseException:
         linger = 0.0
         raise
     finally:
-        pipeline.close()
-        conn.close(linger=0.0 if stop.is_set() else linger)
+        for lane in lanes:
+            lane.source.close()
+            lane.conn.close(linger=0.0 if stop.is_set() else linger)
 
 
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
           connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
-          min_consumers: int = 1, sharing: dict | None = None, curve: Any = None) -> dict:
+          min_consumers: int = 1, sharing: dict | None = None, curve: Any = None, portions: int | None = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
-    pipeline: Pipeline, "module:function", or callable returning a Pipeline. workers: default one per
-    binding URL, else 1. epochs: how many epochs (None: forever), numbered from `first_epoch`.
-    resume: a consumer's `Connection.state_dict()` (or the path of the JSON file `save_state` wrote):
-    serve only what that consumer has not had, from its epoch on (the epochs before it count towards
-    `epochs`), as the same stream with the same number of workers (see resume_plan).
+    pipeline: Pipeline, "module:function", or callable returning a Pipeline. workers: processes, default
+    one per binding URL, else 1 (at most `portions` run). portions: V, the stream's portions (default:
+    workers). epochs: how many epochs (None: forever), numbered from `first_epoch`.
+    resume: a consumer's `Connection.state_dict()` (or the path of the JSON file `save_state` wrote;
+    `merge_states` of a zsplit job's ranks): serve only what the consumers have not had, from their
+    epoch on (the epochs before it count towards `epochs`), as the same stream with the same V
+    portions, from any number of processes (see resume_plan).
     report: seconds between rate reports (None or 0: none); on_report(stats) replaces the stderr line.
     connection_options: extra keyword arguments for each worker's Connection (e.g. sndhwm, timeout);
     allow64 defaults to True here, since collated Python ints are int64 (pass False to refuse them).
@@ -262,13 +223,14 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     if epochs is not None:
         positive("epochs", epochs)
     check_spec(pipeline)
-    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing, curve=curve)
+    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing, curve=curve, pipeline=pipeline)
     if hub is None and curve is not None:
         connection_options = {**(connection_options or {}), "curve": curve}
     try:
         return _serve_to(pipeline, hub.worker_url if hub else urls, hub, workers=workers, epochs=epochs,
                          first_epoch=first_epoch, report=report, on_report=on_report,
-                         connection_options=connection_options, linger=linger, resume=resume)
+                         connection_options=connection_options, linger=linger, resume=resume,
+                         portions=portions)
     except BaseException:
         if hub is not None:
             hub.abort()
@@ -277,16 +239,20 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
 
 def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
               report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
-              linger: float | None, resume: Any) -> dict:
+              linger: float | None, resume: Any, portions: int | None) -> dict:
     """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None)."""
     assigned, binds = assign_urls(urls, workers)
-    plan = resume_plan(resume, len(assigned), first_epoch, epochs)
+    plan = resume_plan(resume, len(assigned), first_epoch, epochs, portions)
+    if binds and plan.portions != len(assigned):
+        raise ValueError(f"{len(assigned)} binding URL(s) for a stream of {plan.portions} portions: each serving "
+                         f"process binds one URL and serves one portion; give {plan.portions} URLs, or use a "
+                         "connecting scheme (zpush, zrpub), with which any number of processes serves any portions")
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
-    job = ServeJob(assigned, plan, options, grouped=not binds, spec=pipeline,
+    job = ServeJob(assigned[:plan.portions], plan, options, grouped=not binds, spec=pipeline,
                    epochs=None if epochs is None else first_epoch + epochs - plan.epoch)
     supervisor = Supervisor(report, on_report, hub)
     try:
-        supervisor.launch(functools.partial(serve_portion, job), plan.workers)
+        supervisor.launch(functools.partial(serve_portions, job), job.processes)
         supervisor.wait()
         consumers = None if hub is None else finish_hub(hub, job.epochs)["consumers"]
         supervisor.maybe_report(force=True)
@@ -296,15 +262,20 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
         supervisor.close()
 
 
-def resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None) -> ResumePlan:
-    """The plan of a new stream (fresh id, nothing to skip), or the one `resume` (a consumer state or
-    its file) describes; ValueError when it does not fit `workers` or has no epoch left to serve."""
+def resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None,
+                portions: int | None = None) -> ResumePlan:
+    """The plan of a new stream (fresh id, `portions` portions, default one per serving process
+    `workers`, nothing taken), or the one `resume` (a consumer state or its file) describes, whose
+    number of portions any number of processes serves; ValueError when `portions` differs from the
+    state's or the state has no epoch left to serve."""
+    if portions is not None:
+        positive("portions", portions)
     plan = None if resume is None else ResumePlan.from_state(resume)
     if plan is None:
-        return ResumePlan(f"serve-{secrets.token_hex(6)}", workers, first_epoch)
-    if plan.workers != workers:
-        raise ValueError(f"resume: the consumer was fed by {plan.workers} workers of stream {plan.stream}; "
-                         f"serve with workers={plan.workers}, not {workers} (the portions would differ)")
+        return ResumePlan(f"serve-{secrets.token_hex(6)}", portions or workers, first_epoch)
+    if portions is not None and portions != plan.portions:
+        raise ValueError(f"resume: stream {plan.stream} has {plan.portions} portions (the consumer state says so); "
+                         f"portions={portions} cannot resume it (leave portions out)")
     if plan.epoch < first_epoch or (epochs is not None and plan.epoch >= first_epoch + epochs):
         served = f"{first_epoch} on" if epochs is None else f"{first_epoch} to {first_epoch + epochs - 1}"
         raise ValueError(f"resume: the consumer is in epoch {plan.epoch} of stream {plan.stream}, "

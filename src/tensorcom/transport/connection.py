@@ -319,9 +319,10 @@ class Connection:
         end = self._end.sender if isinstance(self._end, SharingServerEnd) else self._end
         return self._usable(end, (PlainSender,), "receiving Connection cannot send")
 
-    def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True) -> None:
+    def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True, index: int | None = None) -> None:
         """Send one batch: a list/tuple of arrays (protocol 1 or 2) or a dict of fields (protocol 2);
         leaves may be numpy arrays, torch tensors (sent as numpy) or plain values (protocol 2).
+        `index`: the batch's position within (epoch, portion) (protocol 2; tensorcom.serve sets it).
 
         With `copy` (the default) the batch's data is copied before send() returns: the caller may
         overwrite or reuse its arrays at once, and receivers get the values of the time of the call.
@@ -329,7 +330,7 @@ class Connection:
         so the caller must not modify them afterwards (a torn or changed batch would arrive)."""
         if self._end is None:  # a bad batch is reported first, as by a connected sender
             prepare_batch(batch, self.allow64 if allow64 is None else allow64)
-        self._sending_end().send(batch, allow64=allow64, copy=copy)
+        self._sending_end().send(batch, allow64=allow64, copy=copy, index=index)
 
     write = send
 

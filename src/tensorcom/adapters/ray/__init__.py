@@ -10,8 +10,9 @@ be Ray programs (any framework; another language through docs/protocol.md). Guid
 
 The driver (the calling process) runs a sharing server (tensorcom.transport.sharing.Hub) bound to the
 trainer-facing zshare/zsplit URL, its input on tcp on the driver's node. Actor i of N (ServerActor)
-builds portion i of N of the pipeline and pushes it there through a Connection tagged with its portion
-(stream, i, N); the N actors form one marker group. Epoch by epoch the driver calls `run` on every
+builds the portions v of V with v % N == i of the pipeline (V: `portions=`, default N; with `resume=`,
+the state's) and pushes each there through a Connection tagged with its portion (stream, v, V); the V
+portions form one marker group. Epoch by epoch the driver calls `run` on every
 actor, then waits until the hub's input has ended the epoch, so no actor runs ahead and when epoch
 e+1 starts everything of epoch e is in the hub.
 
@@ -21,14 +22,15 @@ hub confirmed all it sent (the next run is a new Connection, a new sender that t
 over). So a connection reset or a short partition between an actor and the hub loses, repeats and
 reorders nothing (docs/reliability.md).
 
-Restart without loss: Ray restarts a dead actor (`max_restarts`); its new incarnation is a new
-sender. The driver sees the failed call (or, between calls, a new incarnation from `hello`), and
-calls `hub.server.handover(stream, i, N, retire=[its last sender])`: from then on whatever still arrives from
-the dead incarnation is dropped, and the returned ResumePlan holds how many batches of portion i the
-hub took in each unfinished epoch. The new incarnation serves those epochs again, passing over
-exactly that many (serving.fast_forward; pipelines are deterministic given seed, epoch and worker),
-and ends each once more. With connecting URLs (zpush, zrpub: actors push straight to a trainer that
-binds) nothing counts what arrived, so a dead actor ends the serve with WorkerDied.
+Restart without loss: Ray restarts a dead actor (`max_restarts`); its new incarnation has new
+senders. The driver sees the failed call (or, between calls, a new incarnation from `hello`), and for
+each portion v of the actor calls `hub.server.handover(stream, v, V, retire=[its last sender])`: from
+then on whatever still arrives from the dead incarnation is dropped, and the returned ResumePlan holds
+which batches of portion v the hub took in each unfinished epoch. The new incarnation serves those
+epochs again, passing over exactly those (portion_sending.untaken; pipelines are deterministic given
+seed, epoch and portion), and ends each once more. With connecting URLs (zpush, zrpub: actors push
+straight to a trainer that binds) nothing counts what arrived, so a dead actor ends the serve with
+WorkerDied.
 
 Who shuts down: close() (the end of serve(), Ctrl-C, an error, interpreter exit) stops the driver
 thread, kills every actor and the hub, and shuts Ray down when start() started it; a driver that dies
@@ -109,8 +111,9 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
                 address: str | None = None, host: str | None = None, name: str | None = None,
                 report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
                 min_consumers: int = 1, sharing: dict | None = None, curve: Any = None,
-                connection_options: dict | None = None, linger: float = DEFAULT_LINGER) -> Serving:
-    """Start one actor per feed (actor i serves feeds[i].open(i, N)) sending to `url`.
+                connection_options: dict | None = None, linger: float = DEFAULT_LINGER,
+                portions: int | None = None) -> Serving:
+    """Start one actor per feed (actor i serves feeds[i].open(v, V) for its portions v) sending to `url`.
 
     url: zshare:// or zsplit:// (the driver binds it; "HOST:*" takes a free port; actors restart without
     loss), or connecting zpush:// / zrpub:// URLs (every actor connects; the trainer binds; no restarts).
@@ -121,12 +124,18 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     not connected yet (None: the one `ray start` runs here, else a new local instance, shut down by
     close()). host: where the hub's input binds (default: the driver's node address). name: register
     the consumer URLs for endpoints(name). report, on_report, min_consumers, sharing, curve,
-    connection_options, linger: as tensorcom.serve."""
+    connection_options, linger: as tensorcom.serve. portions: V, the stream's portions (default: one
+    per actor; with `resume`, the state's), actor i serving those v with v % N == i: the batches and
+    their order depend on the seed, the epoch and V, not on the number of actors."""
     ray = require_ray()
     sharing_urls = check_urls(url, len(feeds))
     if epochs is not None:
         _positive("epochs", epochs)
-    resumed = resume_plan(resume, len(feeds), first_epoch, epochs)
+    resumed = resume_plan(resume, len(feeds), first_epoch, epochs, portions)
+    if resumed.portions != len(feeds) and not all(feed.resumable for feed in feeds):
+        raise ValueError(f"a Ray Data dataset is served in one portion per actor: {len(feeds)} actors cannot serve "
+                         f"{resumed.portions} portions")
+    feeds = feeds[:resumed.portions]  # every actor serves at least one portion
     own_ray = not ray.is_initialized()
     if own_ray:
         ray.init(address=address, **({"include_dashboard": False} if address is None else {}))

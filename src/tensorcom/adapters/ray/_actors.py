@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorcom import extras
-from tensorcom.pipeline.serving import ServeJob, resolve, send_epochs
+from tensorcom.pipeline.portion_sending import Lane, send_epochs
+from tensorcom.pipeline.serving import ServeJob, resolve
 
 NAMESPACE = "tensorcom"  # the Ray namespace where named serves are registered (Directory actors)
 
@@ -33,8 +34,9 @@ def node_address(ray: Any) -> str:
 
 
 class PipelineFeed:
-    """A pipeline spec (Pipeline, "module:function", "file.py:function", factory): `open(i, n)` builds
-    portion i of n in the actor. Deterministic given (seed, epoch, worker): restarts are exact."""
+    """A pipeline spec (Pipeline, "module:function", "file.py:function", factory): `open(v, V)` builds
+    portion v of V in the actor. Deterministic given (seed, epoch, v): restarts are exact, with any
+    number of actors."""
 
     resumable = True
 
@@ -56,7 +58,7 @@ class DatasetFeed:
     def __init__(self, iterator: Any, batch_size: int, options: dict):
         self.iterator, self.batch_size, self.options = iterator, batch_size, options
 
-    def open(self, index: int, workers: int) -> DatasetFeed:
+    def open(self, index: int, workers: int) -> DatasetFeed:  # one portion per actor: V = N
         return self
 
     def set_epoch(self, epoch: int) -> None:
@@ -93,52 +95,59 @@ class Stored:
 
 
 class ServerActor:
-    """One Ray actor: portion `index` of job.workers. Its methods run one at a time, in the order the
-    driver calls them. hello() -> (incarnation, sender id, pid, node, last epoch served) builds the
-    portion and its Connection on the first call (a restarted actor is a new incarnation, with a new
-    sender); run(first, last, skips) sends epochs first..last, passing over skips[e] batches of epoch
-    e, each epoch followed by its marker, and returns (batches, samples, sender id); close() lets
-    queued messages leave.
+    """One Ray actor: the portions v of job.portions with v % N == `index` (job.portions_of), each a
+    lane (portion_sending.Lane) with its own Connection. Its methods run one at a time, in the order
+    the driver calls them. hello() -> (incarnation, {portion: sender id}, pid, node, last epoch
+    served) builds the portions and their Connections on the first call (a restarted actor is a new
+    incarnation, with new senders); run(first, last, plan) sends epochs first..last of every lane,
+    passing over the batch indices plan.taken(e, v) (a ResumePlan), each epoch followed by its
+    markers, and returns (batches, samples, {portion: sender id}); close() lets queued messages leave.
 
-    With job.settle (the driver's hub receives), a run ends by closing its Connection, which waits
-    until the hub confirmed everything it sent, resending what a dropped connection lost (an actor
+    With job.settle (the driver's hub receives), a run ends by closing its Connections, which waits
+    until the hub confirmed everything they sent, resending what a dropped connection lost (an actor
     idle between runs would resend nothing, and the driver starts the next epoch only once the hub
-    ended this one), and opens the next run's Connection: a new sender, which takes the portion over
-    from the last one (the hub retires it)."""
+    ended this one), and opens the next run's Connections: new senders, which take the portions over
+    from the last ones (the hub retires them)."""
 
     def __init__(self, feed: Stored, index: int, job: ServeJob):
         self.feed, self.index, self.job = feed, index, job
         self.incarnation = f"{os.getpid()}:{secrets.token_hex(4)}"
-        self.portion: Any = None
-        self.conn: Any = None
+        self.lanes: list[Lane] = []
         self.served: int | None = None
 
-    def hello(self) -> tuple[str, str, int, str, int | None]:
-        if self.portion is None:
+    def senders(self) -> dict[int, str]:
+        return {lane.portion: lane.conn.sender for lane in self.lanes}
+
+    def hello(self) -> tuple[str, dict[int, str], int, str, int | None]:
+        if not self.lanes:
             if os.path.isdir(self.job.cwd) and self.job.cwd not in sys.path:
                 sys.path.insert(0, self.job.cwd)
-            self.portion = self.feed.get().open(self.index, self.job.workers)
-        if self.conn is None:
-            self.conn = self.job.connect(self.index)
-        return self.incarnation, self.conn.sender, os.getpid(), node_address(require_ray()), self.served
+            feed = self.feed.get()
+            self.lanes = [Lane(v, feed.open(v, self.job.portions), None) for v in self.job.portions_of(self.index)]
+        for lane in self.lanes:
+            if lane.conn is None:
+                lane.conn = self.job.connect(lane.portion)
+        return self.incarnation, self.senders(), os.getpid(), node_address(require_ray()), self.served
 
-    def run(self, first: int, last: int, skips: dict[int, int]) -> tuple[int, int, str]:
+    def run(self, first: int, last: int, plan: Any) -> tuple[int, int, dict[int, str]]:
         self.hello()
         counts = (0, 0)
-        for counts in send_epochs(self.portion, self.conn, last - first + 1, first, _Never(), _Never(), skips):
+        for counts in send_epochs(self.lanes, last - first + 1, first, _Never(), _Never(), plan.taken):
             pass
         self.served = last if self.served is None else max(last, self.served)
         if self.job.settle:
-            conn, self.conn = self.conn, None
-            conn.close(linger=None)  # until the hub confirmed everything (Undelivered if it went away)
-            self.conn = self.job.connect(self.index)
-        return (*counts, self.conn.sender)
+            for lane in self.lanes:
+                conn, lane.conn = lane.conn, None
+                conn.close(linger=None)  # until the hub confirmed everything (Undelivered if it went away)
+                lane.conn = self.job.connect(lane.portion)
+        return (*counts, self.senders())
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.portion.close()
-            self.conn.close(linger=self.job.options["linger"])
-            self.conn = None
+        for lane in self.lanes:
+            if lane.conn is not None:
+                lane.source.close()
+                lane.conn.close(linger=self.job.options["linger"])
+                lane.conn = None
 
 
 class Directory:

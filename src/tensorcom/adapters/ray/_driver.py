@@ -6,7 +6,7 @@ then waits until the hub's input has ended the epoch, so no actor runs ahead and
 starts everything of epoch e is in the hub (with a hub, each run ends once the hub confirmed what
 the actor sent, and the actor's next run is a new sender: ServerActor). An actor that died (a failed
 call, or between calls a new incarnation from `hello`) is waited for while Ray restarts it; then
-`hub.server.handover(stream, i, N, retire=[its last sender])` drops whatever still arrives from the
+`hub.server.handover(stream, v, V, retire=[its last sender])`, for each portion v the actor serves, drops whatever still arrives from the
 dead incarnation and says how many
 batches of portion i the hub took in each unfinished epoch, and the new incarnation serves those
 epochs again, passing over exactly that many. Without a hub (connecting URLs) or with a feed that is
@@ -21,10 +21,11 @@ the hub unless it finished, and shuts Ray down when start() started it.
 from __future__ import annotations
 
 import atexit
+import itertools
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tensorcom.adapters.ray._actors import NAMESPACE, Directory, ServerActor, Stored, node_address
@@ -33,6 +34,8 @@ from tensorcom.pipeline.processes import Roster
 from tensorcom.pipeline.serving import ServeJob
 from tensorcom.pipeline.shared_serving import finish_hub
 from tensorcom.rates import RateReport
+from tensorcom.transport.index_set import IndexSet
+from tensorcom.transport.resume import ResumePlan
 
 RESTART_WAIT = 120.0  # seconds to wait for Ray to bring a dead actor back
 POLL = 0.25  # seconds between the driver's looks at its actors and the hub
@@ -46,7 +49,7 @@ class Member:
     index: int
     actor: Any
     incarnation: str = ""
-    sender: str = ""  # the sender id of its Connection (a new one for each run, with a hub)
+    senders: dict = field(default_factory=dict)  # {portion: sender id of its Connection} (new each run, with a hub)
     pid: int = 0
     node: str = ""
     run: Any = None  # the pending run()
@@ -102,7 +105,7 @@ class Serving:
             options = self.plan.actor_options[i]
             self.members.append(Member(i, remote.options(**options).remote(Stored(ref), i, self.plan.job)))
         for m in self.members:
-            m.incarnation, m.sender, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
+            m.incarnation, m.senders, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
         if name is not None:
             self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
                                                                 num_cpus=0).remote(self.urls)
@@ -176,7 +179,7 @@ class Serving:
         once the hub's input has ended the epoch."""
         self.runs = Roster("serving actor", len(self.members))
         for m in self.members:
-            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
+            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, self.plan.resume)
         while not self.runs.finished or not self._hub_ended(epoch):
             if self.stop.is_set():
                 raise _Stopped()
@@ -193,7 +196,7 @@ class Serving:
         """Member m's finished run: counted, or, when its actor died, a restart."""
         ref, m.run = m.run, None
         try:
-            batches, samples, m.sender = self._get(m, ref)
+            batches, samples, m.senders = self._get(m, ref)
         except WorkerDied:
             self._restart(m, epoch)
             return
@@ -220,27 +223,30 @@ class Serving:
         if self.hub is None or not all(feed.resumable for feed in self.feeds):
             raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) died; serving its portion again "
                              "without loss or repeats needs a zshare:// or zsplit:// URL and a pipeline")
-        incarnation, sender, pid, node, served = self._hello_again(m)
+        incarnation, senders, pid, node, served = self._hello_again(m)
         if incarnation == m.incarnation:  # a call was lost, not the actor
-            m.sender = sender
+            m.senders = senders
             if served is None or served < epoch:
                 self.runs.revive(m.index)
-                m.run = m.actor.run.remote(epoch, epoch, {epoch: self._resumed(epoch, m.index)})
+                m.run = m.actor.run.remote(epoch, epoch, self.plan.resume)
             else:  # the lost call's run was done
                 self.runs.message(m.index, ("end", m.index, None))
             return
-        job = self.plan.job
-        plan = self.hub.server.handover(job.stream, m.index, job.workers, first_epoch=self.plan.resume.epoch,
-                                        retire=[m.sender])
-        skips = {e: self._resumed(e, m.index) + plan.skip(e, m.index) for e in range(plan.epoch, epoch + 1)}
+        job, resumed, taken, first = self.plan.job, self.plan.resume, {}, epoch
+        for portion in job.portions_of(m.index):
+            plan = self.hub.server.handover(job.stream, portion, job.portions, first_epoch=resumed.epoch,
+                                            retire=[m.senders.get(portion)] if m.senders.get(portion) else [])
+            first = min(first, plan.epoch)
+            for e in range(plan.epoch, epoch + 1):
+                taken[(e, portion)] = after_handover(resumed.taken(e, portion), plan.taken(e, portion))
+        again = ResumePlan(job.stream, job.portions, first, taken)
         print(f"tensorcom.ray: serving actor {m.index} (pid {m.pid} on {m.node}) died; restarted as pid {pid} on "
-              f"{node}, it serves epochs {plan.epoch}..{epoch} of portion {m.index} again, passing over {skips} "
-              f"batches",
-              file=sys.stderr, flush=True)
-        m.incarnation, m.sender, m.pid, m.node = incarnation, sender, pid, node
+              f"{node}, it serves epochs {first}..{epoch} of portions {job.portions_of(m.index)} again, passing "
+              f"over {sum(len(t) for t in taken.values())} batches", file=sys.stderr, flush=True)
+        m.incarnation, m.senders, m.pid, m.node = incarnation, senders, pid, node
         self.restarts += 1
         self.runs.revive(m.index)
-        m.run = m.actor.run.remote(plan.epoch, epoch, skips)
+        m.run = m.actor.run.remote(first, epoch, again)
 
     def _hello_again(self, m: Member) -> tuple:
         """hello() of member m's actor, waiting (up to RESTART_WAIT s) while Ray restarts it."""
@@ -270,10 +276,6 @@ class Serving:
             raise WorkerError(f"serving actor {m.index} (pid {m.pid} on {m.node}) raised: {exc}") from exc
         except errors.RayActorError as exc:
             raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) is gone: {exc}") from exc
-
-    def _resumed(self, epoch: int, worker: int) -> int:
-        """Batches of (epoch, worker) the consumer had before this serve started (resume)."""
-        return self.plan.resume.skip(epoch, worker)
 
     def _hub_ended(self, epoch: int) -> bool:
         """True once the hub's input has ended `epoch` (at once without a hub)."""
@@ -318,6 +320,16 @@ def _rate_line(stats: dict) -> str:
 
 class _Stopped(Exception):
     """close() asked the driver thread to stop."""
+
+
+def after_handover(resumed: IndexSet, hub: IndexSet) -> IndexSet:
+    """What a restarted portion passes over: the batch indices the consumers had before this serve
+    (`resumed`) and those the hub took from the dead incarnation. A hub that reports a count n (the
+    set [0, n)) took the first n indices missing from `resumed`, which the portion sent in order."""
+    if hub.intervals != [[0, len(hub)]]:
+        return resumed | hub
+    first = list(itertools.islice(resumed.missing(1 << 62), len(hub)))
+    return resumed | IndexSet([[i, i + 1] for i in first])
 
 
 def join_url(address: str, host: str) -> str:

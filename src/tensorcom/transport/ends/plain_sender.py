@@ -75,14 +75,15 @@ class PlainSender(Attached):
 
     # ---- sending ------------------------------------------------------------------------------
 
-    def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True) -> None:
-        """Send one batch (Connection.send's rules: copied unless `copy=False`)."""
+    def send(self, batch: Any, *, allow64: bool | None = None, copy: bool = True, index: int | None = None) -> None:
+        """Send one batch (Connection.send's rules: copied unless `copy=False`; `index` its position
+        within (epoch, portion))."""
         batch = prepare_batch(batch, self.encoding.allow64 if allow64 is None else allow64)
         out = self.outbound
         reply = None if out is None else out.reply(self.seq, self._deadline())
         frames = wire.encode_batch(batch, seq=self.seq, epoch=self.epoch_number, sender=self.name,
                                    protocol=self.encoding.protocol, infos=self.encoding.infos,
-                                   portion=self.encoding.portion, reply=reply)
+                                   portion=self.encoding.portion, reply=reply, index=index)
         if reply is not None and out.keeps and copy:
             frames, copy = own_frames(frames), False  # the kept copy is the one copy send() makes
         nbytes = self._send_frames(frames, copy=copy)

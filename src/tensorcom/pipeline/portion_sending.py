@@ -1,0 +1,104 @@
+"""Sending a serving process's portions of a stream, epoch by epoch (tensorcom.serve's processes and
+tensorcom.ray's actors).
+
+    lanes = [Lane(v, pipeline.shard(v, V), connection_of_v) for v in my_portions]
+    for batches, samples in send_epochs(lanes, epochs, first_epoch, stop, barrier, plan.taken): ...
+
+Each `Lane` is one portion v of V: its pipeline (worker v of V, so its batches depend on seed, epoch
+and v only) and its own Connection. Within an epoch the lanes send round-robin, one batch each in
+turn, every batch with its `index` (its position within the portion's epoch); a lane that runs out
+sends its end-of-epoch marker. Batches a resumed consumer already has (`taken(epoch, v)`, an
+IndexSet) are regenerated and passed over (`untaken`). Pure of processes: the caller owns the
+connections and the pipelines and closes them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from tensorcom.batch import batch_size
+from tensorcom.rates import Throttle
+from tensorcom.transport.index_set import IndexSet
+
+PROGRESS_INTERVAL = 0.25  # seconds between a process's progress reports
+
+
+@dataclass
+class Lane:
+    """Portion `portion` of the stream: its `source` (a Pipeline, with set_epoch) and its `conn`."""
+
+    portion: int
+    source: Any
+    conn: Any
+
+
+def _samples_in(batch: Any) -> int:
+    try:
+        return batch_size(batch)
+    except TypeError:
+        return 0
+
+
+class _Progress:
+    """A process's counts, reported at most every PROGRESS_INTERVAL seconds."""
+
+    def __init__(self) -> None:
+        self.batches = self.samples = 0
+        self.due = Throttle(PROGRESS_INTERVAL, start=-math.inf)  # the first batch is reported at once
+
+    def add(self, batch: Any) -> bool:
+        """Count `batch`; True when a report is due (tensorcom.rates.Throttle)."""
+        self.batches, self.samples = self.batches + 1, self.samples + _samples_in(batch)
+        return self.due.due()
+
+    def report(self) -> tuple[int, int]:
+        return self.batches, self.samples
+
+
+def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: Any, barrier: Any,
+                taken: Callable[[int, int], IndexSet] | None = None) -> Iterator[tuple[int, int]]:
+    """Send each epoch of every lane (module docstring), each lane's batches followed by its marker;
+    after an epoch wait at `barrier` for the other processes, so that no process's next epoch
+    overtakes another's markers. Yields the counts (batches, samples) sent so far when a report is
+    due and after each epoch. `taken(epoch, v)`: the batch indices the consumers already have."""
+    progress = _Progress()
+    epoch = first_epoch
+    while (epochs is None or epoch < first_epoch + epochs) and not stop.is_set():
+        active = []
+        for lane in lanes:
+            lane.source.set_epoch(epoch)
+            lane.conn.epoch_number = epoch
+            have = IndexSet() if taken is None else taken(epoch, lane.portion)
+            active.append((lane, untaken(iter(lane.source), have, epoch, lane.portion)))
+        while active:
+            for item in list(active):
+                lane, batches = item
+                found = next(batches, None)
+                if stop.is_set():
+                    return
+                if found is None:
+                    lane.conn.end_epoch()
+                    active.remove(item)
+                    continue
+                lane.conn.send(found[1], copy=False, index=found[0])  # the pipeline lets it go: zero-copy
+                if progress.add(found[1]):
+                    yield progress.report()
+        yield progress.report()  # an epoch's counts reach the report even if the next send blocks
+        barrier.wait()
+        epoch += 1
+
+
+def untaken(batches: Iterator[Any], taken: IndexSet, epoch: int, portion: int) -> Iterator[tuple[int, Any]]:
+    """(index, batch) for the batches of one epoch of a portion whose index is not in `taken` (those a
+    resumed consumer already has are computed and dropped: pipelines are deterministic given seed,
+    epoch and portion); ValueError at the end when the portion is shorter than the highest taken index
+    (not the pipeline the consumer was fed from)."""
+    count = 0
+    for count, batch in enumerate(batches, 1):
+        if count - 1 not in taken:
+            yield count - 1, batch
+    if count < taken.high:
+        raise ValueError(f"resume: the consumer has batch {taken.high - 1} of epoch {epoch} of portion {portion}, "
+                         f"but the portion has only {count} batches; is this the pipeline it was fed from?")
