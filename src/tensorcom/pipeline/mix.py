@@ -5,6 +5,7 @@ happens when a member runs out. No nodes, no data: choices are numbers, events g
     cursor = MixCursor(plan, key=(seed, epoch, worker))
     m = cursor.member()          the member of the next sample (None: the mixture has ended)
     cursor.took(m)               that member gave a sample
+    cursor.choices(block)        the members of a whole block of choices (what member() reads from)
     cursor.ended(m)              it had none left: "stop", "reopen" (start its next pass) or "drop"
     cursor.state_dict() / load_state_dict(state)    the position: plain dicts, lists and numbers
     stop_length(plan, key, lengths)     samples a mixture with on_end="stop" yields (members of these sizes)
@@ -125,19 +126,24 @@ class MixCursor:
         """The member the next sample comes from, or None when the mixture has ended."""
         if self.stopped:
             return None
+        if self.plan.policy == "random":
+            block, offset = divmod(self.position, BLOCK)
+            cache_key: tuple = (block, *self.active)
+        else:
+            block, offset = divmod(self.position - self.segment, self.plan.window)
+            cache_key = (block, self.segment, *self.active)
+        if self._cache is None or self._cache[0] != cache_key:
+            self._cache = (cache_key, self.choices(block))
+        return int(self._cache[1][offset])
+
+    def choices(self, block: int) -> np.ndarray:
+        """The members chosen in `block` (BLOCK choices for "random", a window of the current segment
+        for "exact") among the members still in, their weights renormalised."""
         members = [i for i, alive in enumerate(self.active) if alive]
         weights = [self.plan.weights[i] for i in members]
         if self.plan.policy == "random":
-            block, offset = divmod(self.position, BLOCK)
-            cache_key: Any = ("random", block, tuple(members))
-            make = lambda: weighted_pick(members, weights, uniforms(self.key, block))  # noqa: E731
-        else:
-            index, offset = divmod(self.position - self.segment, self.plan.window)
-            cache_key = ("exact", self.segment, index, tuple(members))
-            make = lambda: window_order(members, weights, self.plan.window, self.key, self.segment, index)  # noqa: E731
-        if self._cache is None or self._cache[0] != cache_key:
-            self._cache = (cache_key, make())
-        return int(self._cache[1][offset])
+            return weighted_pick(members, weights, uniforms(self.key, block))
+        return window_order(members, weights, self.plan.window, self.key, self.segment, block)
 
     def took(self, member: int) -> None:
         """Member `member` gave the sample of this position."""
@@ -188,16 +194,13 @@ class MixCursor:
 def stop_length(plan: MixPlan, key: Key, lengths: Sequence[int]) -> int:
     """Samples a mixture with on_end="stop" yields when member i has lengths[i] samples: the choices
     up to the first that finds its member empty (computed from the choices alone, block by block)."""
-    members = list(range(len(plan.weights)))
+    members = np.arange(len(plan.weights))
     taken = np.zeros(len(members), dtype=np.int64)
     limits = np.asarray(lengths, dtype=np.int64)
-    start, block = 0, 0
+    cursor, start, block = MixCursor(plan, key), 0, 0
     while True:
-        if plan.policy == "random":
-            picks = weighted_pick(members, plan.weights, uniforms(key, block))
-        else:
-            picks = window_order(members, plan.weights, plan.window, key, 0, block)
-        onehot = picks[:, None] == np.asarray(members)[None, :]
+        picks = cursor.choices(block)  # no member dropped: the choices of an uninterrupted epoch
+        onehot = picks[:, None] == members[None, :]
         running = taken[None, :] + np.cumsum(onehot, axis=0)
         over = np.nonzero((running > limits[None, :]).any(axis=1))[0]
         if over.size:
