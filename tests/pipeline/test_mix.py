@@ -219,3 +219,10 @@ def test_counts_of_the_node_and_of_the_state(kinds):
     counts = node.counts()
     assert sum(counts.values()) == 20 and counts["numbers"] == sum(isinstance(k, int) for k in taken)
     assert member_counts({"chain": node.state_dict()}) == counts
+
+
+def test_members_of_one_size_are_not_shuffled_alike():
+    same = [IterableSource(list(range(i * 100, i * 100 + 20)), shuffle=True) for i in range(2)]
+    mixed = list(Pipeline.mix(same, [1, 1], seed=8, policy="exact", window=2, on_end="drop"))
+    orders = [[x % 100 for x in mixed if x // 100 == i] for i in range(2)]
+    assert sorted(orders[0]) == sorted(orders[1]) == list(range(20)) and orders[0] != orders[1]

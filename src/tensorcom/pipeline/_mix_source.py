@@ -7,7 +7,8 @@ kind) with given weights, and `Mixed`, its node for one (seed, epoch, worker) po
 Which member each sample comes from, and what a member's end does, is decided by the pure core
 tensorcom.pipeline.mix (MixPlan, MixCursor); this module only opens the members and takes their items.
 Every member is opened on the same portion (worker of num_workers) as the mixture; a Source member
-with the mixture's seed, a Pipeline member with its own seed and stages. Pass p of a resampled member
+with a seed of its own derived from the mixture's (mix.member_seed), a Pipeline member with its own
+seed and stages. Pass p of a resampled member
 is that member's epoch `epoch + p` (as an endless repeat() numbers its passes).
 
 State: {"mix": {"names", "cursor": the core's position (choices made, per-member counts, passes,
@@ -21,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tensorcom.pipeline._chain import build_chain, chain_length
 from tensorcom.pipeline._node import Node, State
-from tensorcom.pipeline.mix import Key, MixCursor, MixPlan, checked_weights, stop_length
+from tensorcom.pipeline.mix import Key, MixCursor, MixPlan, checked_weights, member_seed, stop_length
 from tensorcom.pipeline.sources import IterableSource, Source
 from tensorcom.checks import non_negative
 
@@ -43,7 +44,7 @@ class Mix(Source):
     """Samples drawn from `members` (a list, or a dict name → member) with probabilities `weights`
     (a list in the members' order or a dict by name; None: equal), each member being a Source, a
     Pipeline (a ShardDataset) or any re-iterable. `seed` (None: the pipeline's) keys the choices and
-    the Source members' shuffles; `policy`, `window` and `on_end` as in tensorcom.pipeline.mix."""
+    the Source members' seeds (mix.member_seed); `policy`, `window` and `on_end` as in tensorcom.pipeline.mix."""
 
     length_by_epoch = True  # length() takes seed= and epoch= (tensorcom.pipeline._chain passes them)
 
@@ -73,7 +74,8 @@ class Mix(Source):
             if _is_pipeline(member):
                 sub = member._subshard(worker, num_workers, len(member.steps))
                 return build_chain(sub, len(sub.steps), epoch + passes)
-            return member.open(seed=seed, epoch=epoch + passes, worker=worker, num_workers=num_workers)
+            return member.open(seed=member_seed(seed, index), epoch=epoch + passes, worker=worker,
+                               num_workers=num_workers)
 
         return open_member
 

@@ -9,6 +9,7 @@ happens when a member runs out. No nodes, no data: choices are numbers, events g
     cursor.ended(m)              it had none left: "stop", "reopen" (start its next pass) or "drop"
     cursor.state_dict() / load_state_dict(state)    the position: plain dicts, lists and numbers
     stop_length(plan, key, lengths)     samples a mixture with on_end="stop" yields (members of these sizes)
+    member_seed(seed, index)            the seed a Source member is opened with (its own shuffles)
     member_counts(state)                per-member sample counts summed over every mixture state inside
                                         any state (a Pipeline's, a StatefulDataLoader's)
 
@@ -38,7 +39,7 @@ from tensorcom.checks import choice, positive
 POLICIES = ("random", "exact")
 ENDINGS = ("stop", "resample", "drop")
 BLOCK = 1024  # uniforms drawn at once by the "random" policy
-_SALT = 0x313C  # keeps the mixture's generators apart from the members' (same seed, epoch, worker)
+_SALT = 0x313C  # keeps the mixture's generators and member seeds apart from other keys of the same seed
 
 Key = tuple[int, int, int]  # (seed, epoch, worker)
 
@@ -206,6 +207,12 @@ def stop_length(plan: MixPlan, key: Key, lengths: Sequence[int]) -> int:
         if over.size:
             return start + int(over[0])
         taken, start, block = running[-1], start + len(picks), block + 1
+
+
+def member_seed(seed: int, index: int) -> int:
+    """The seed of member `index` of a mixture of seed `seed`: a pure function of both, so that two
+    members never share a shuffle (two lists of one size would otherwise be permuted alike)."""
+    return int(np.random.SeedSequence([seed, index, _SALT]).generate_state(1)[0])
 
 
 def member_counts(state: Any) -> dict[str, int]:
