@@ -202,7 +202,7 @@ def nonnegative_int(text: str) -> int:
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> None:
-    """--epochs, --count (`count_help`), -r/--report, -q/--quiet, --resume, a sender's CURVE options
+    """--epochs, --count (`count_help`), -r/--report, -q/--quiet, --resume, --portions, a sender's CURVE options
     (--curve-secret, --curve-clients), the sharing options (--min-consumers, --replay, --policy) and
     Ray's (--ray, --address, --ray-cpus), as every server takes them; `serve_plan` reads them back."""
     parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
@@ -211,7 +211,11 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
                         help="seconds between rate reports on stderr (0: none)")
     add_quiet_argument(parser, "rate reports (as -r 0)")
     parser.add_argument("--resume", metavar="FILE",
-                        help="send only what the consumer whose state FILE holds has not had (Connection.save_state)")
+                        help="send only what the consumer whose state FILE holds has not had (Connection.save_state; "
+                             "merge_states for the ranks of a zsplit job), with any number of publishers")
+    parser.add_argument("--portions", type=positive_int, default=None, metavar="V",
+                        help="split the stream into V portions, fixed for its life, whatever the number of "
+                             "publishers (default: one per publisher; with --resume, the state's)")
     from tensorcom.transport.security import add_curve_arguments
 
     add_curve_arguments(parser, serving=True)
@@ -248,6 +252,8 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
                          "leave out the publisher count")
 
     options: dict = {"resume": args.resume}
+    if args.portions is not None:
+        options["portions"] = args.portions
     curve = curve_from_args(args, serving=True)
     if curve is not None:
         options["curve"] = curve

@@ -4,8 +4,9 @@
     plan.run(pipeline_or_factory)           tensorcom.serve with the count spread over the publishers
     ServePlan(urls, workers=4, serve=tensorcom.ray.serve, unit="Ray actor")   the same from Ray actors
 
-`count` (0: no limit) is the number of batches to send in all: each of the P publishers sends
-ceil(count / P), the epochs running back to back with one end-of-epoch marker at the end. The run
+`count` (0: no limit) is the number of batches to send in all: each of the stream's V portions
+(options["portions"], else the resumed state's, else one per publisher) sends ceil(count / V), the
+epochs running back to back with one end-of-epoch marker at the end. The run
 itself, its processes and its reports are tensorcom.serve's (tensorcom.pipeline.serving).
 """
 
@@ -49,12 +50,20 @@ class ServePlan:
             return self.workers or 1  # they push to the sharing server, which binds the URLs
         return len(assign_urls(self.urls or [DEFAULT_URL], self.workers)[0])
 
+    def portions(self) -> int:
+        """V, the stream's number of portions: options["portions"], else the resumed state's, else
+        one per publisher."""
+        from tensorcom.transport.resume import ResumePlan
+
+        resumed = None if self.options.get("resume") is None else ResumePlan.from_state(self.options["resume"])
+        return self.options.get("portions") or (resumed.portions if resumed else self.publishers())
+
     def limited(self, target: Any) -> tuple[Any, int | None]:
         """(what to serve, epochs) for `target` (a Pipeline or a picklable factory): cut at each
-        publisher's portion of `count` when there is one, else `target` and `epochs` unchanged."""
+        portion's share of `count` when there is one, else `target` and `epochs` unchanged."""
         if not self.count:
             return target, self.epochs
-        portion = -(-self.count // self.publishers())
+        portion = -(-self.count // self.portions())
         if isinstance(target, Pipeline):
             return target.repeat(self.epochs).take(portion), 1
         return Limited(target, self.epochs, portion), 1

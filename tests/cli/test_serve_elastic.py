@@ -1,0 +1,137 @@
+"""Elastic restart: a server SIGKILLed mid-epoch and resumed (`--resume`) with another number of
+processes (`tensorcom serve -w`, `serve-imagenet-dir -P`) sends exactly the rest of the epoch, each
+portion in its uninterrupted order, with the same random draws per sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorcom import Connection
+from tensorcom.pipeline import Pipeline
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+SAMPLES, BATCH, PORTIONS = 36, 3, 3
+
+
+def keyed(i):
+    return {"__key__": f"s{i:03d}"}
+
+
+def draw(sample, rng):
+    """A per-sample random draw, as an augmentation makes one."""
+    return {**sample, "draw": np.int64(rng.integers(1 << 40))}
+
+
+def elastic_pipeline():
+    """The factory served: shuffled keys, a random draw each, in batches of BATCH."""
+    return Pipeline(range(SAMPLES), seed=5).shuffle(8).map(keyed).map(draw, rng=True).batch(BATCH)
+
+
+def reference(make, portions: int) -> list[list]:
+    """Each portion's samples (key, draw) in its uninterrupted order of epoch 0."""
+    return [[(key, int(d)) for batch in make().shard(v, portions) for key, d in zip(batch["__key__"], batch["draw"])]
+            for v in range(portions)]
+
+
+def serve_command(port: int, workers: int, *more: str) -> list[str]:
+    return [sys.executable, "-m", "tensorcom.cli.main", "serve", f"{__file__}:elastic_pipeline",
+            f"zpush://127.0.0.1:{port}", "-w", str(workers), "--epochs", "1", "-r", "0", *more]
+
+
+def take_and_kill(popen, port: int, command: list[str], state: Path, count: int | None) -> list:
+    """Start `command` (a server sending to zpull://127.0.0.1:port), continue the consumer record in
+    `state` (when it exists), take `count` batches (None: the rest of the epoch), save the record; a
+    server still running is SIGKILLed with its processes. Returns the batches taken."""
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        if state.exists():
+            conn.load_state_dict(json.loads(state.read_text()))
+        server = popen.start(command)
+        batches = list(conn) if count is None else [conn.recv() for _ in range(count)]
+        conn.save_state(state)
+        if count is None:
+            assert server.wait(timeout=30) == 0
+        else:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+    return batches
+
+
+def check_one_epoch(taken: list, expected: list[list]) -> None:
+    """`taken` (samples (key, draw) in arrival order, over every run) is the epoch once, every portion
+    in its uninterrupted order, each sample with its uninterrupted draw."""
+    assert sorted(taken) == sorted(sample for portion in expected for sample in portion)
+    for portion in expected:
+        keys = {key for key, _ in portion}
+        assert [sample for sample in taken if sample[0] in keys] == portion
+
+
+def test_three_restarts_with_another_worker_count_each_deliver_the_epoch_once(popen, tmp_path, free_port):
+    """-w 1 (3 portions) → -w 3 → -w 2 → -w 1: three SIGKILLs mid-epoch, three resumes."""
+    state, taken = tmp_path / "state.json", []
+    runs = [(1, 2, ("--portions", str(PORTIONS))), (3, 3, ()), (2, 2, ()), (1, None, ())]
+    for workers, count, more in runs:
+        resume = ("--resume", str(state)) if state.exists() else ()
+        port = free_port()
+        batches = take_and_kill(popen, port, serve_command(port, workers, *more, *resume), state, count)
+        taken += [(key, int(d)) for batch in batches for key, d in zip(batch["__key__"], batch["draw"])]
+        (stream,) = json.loads(state.read_text())["streams"].values()
+        assert stream["workers"] == PORTIONS
+    assert stream["epoch"] == 1 and stream["shares"] == []  # the epoch is complete
+    check_one_epoch(taken, reference(elastic_pipeline, PORTIONS))
+
+
+def test_resume_refuses_another_number_of_portions(tmp_path):
+    from tensorcom.pipeline.serving import serve
+
+    state = {"version": 2, "streams": {"serve-x": {"workers": 2, "epoch": 0, "shares": []}}}
+    with pytest.raises(ValueError, match="has 2 portions"):
+        serve(elastic_pipeline, "zpush://127.0.0.1:7000", resume=state, portions=3)
+
+
+# --- serve-imagenet-dir -P 2 → -P 1 ---------------------------------------------------------------
+
+IMAGES = 16
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """DIR/<class>/*.png: IMAGES one-colour images in 2 classes, image i of red value 10 + 10 i (its
+    id: a crop of one colour keeps it)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("elastic-imagenet")
+    for i in range(IMAGES):
+        folder = root / f"class{i % 2}"
+        folder.mkdir(exist_ok=True)
+        Image.new("RGB", (12, 10), (10 + 10 * i, 40, 90)).save(folder / f"{i:02d}.png")
+    return root
+
+
+def image_ids(batches: list) -> list[int]:
+    return [int(image[0, 0, 0]) for images, _ in batches for image in images]
+
+
+def test_imagenet_server_resumed_with_fewer_publishers(tree, popen, tmp_path, free_port):
+    from tensorcom.images.imagenet import dir_pipeline
+
+    pytest.importorskip("PIL")
+    state, taken = tmp_path / "state.json", []
+    for parallel, count in ((2, 2), (1, None)):
+        port = free_port()
+        command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(tree), "-b", "2",
+                   "--size", "8", "--seed", "3", "-P", str(parallel), "--epochs", "1", "-r", "0",
+                   f"zpush://127.0.0.1:{port}", *(("--resume", str(state)) if state.exists() else ())]
+        taken += image_ids(take_and_kill(popen, port, command, state, count))
+    pipeline = dir_pipeline(str(tree), batch_size=2, size=8, seed=3)
+    expected = [image_ids(pipeline.shard(v, 2)) for v in range(2)]
+    assert sorted(taken) == sorted(10 + 10 * i for i in range(IMAGES))
+    for portion in expected:
+        assert [i for i in taken if i in portion] == portion
