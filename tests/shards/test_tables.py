@@ -35,7 +35,8 @@ def parquet_file(tmp_path_factory):
 def test_units_come_from_the_footer_and_values_keep_their_types(parquet_file):
     units = table_units([parquet_file], "parquet")
     assert [(u.index, u.rows, u.start) for u in units] == [(0, 6, 0), (1, 6, 6), (2, 6, 12), (3, 2, 18)]
-    rows = list(TableReader(units, kind="parquet"))
+    assert list(TableReader(units, kind="parquet", columns=["id"]))[:2] == [{"id": 0}, {"id": 1}]
+    rows = list(TableReader(units, kind="parquet", keys=True))
     assert [r["id"] for r in rows] == list(range(ROWS))
     row = rows[7]
     assert row["__key__"] == "7" and row["__url__"] == parquet_file
@@ -69,7 +70,7 @@ def test_a_reader_resumes_inside_a_row_group_reading_only_that_one(parquet_file,
 
 def test_filters_and_columns(parquet_file):
     units = table_units([parquet_file], "parquet")
-    rows = list(TableReader(units, kind="parquet", columns=["id"], filter=[("txt", "row 13")]))
+    rows = list(TableReader(units, kind="parquet", columns=["id"], filter=[("txt", "row 13")], keys=True))
     assert rows == [{"__key__": "13", "__url__": parquet_file, "id": 13}]
     expression, needs = filter_expression(pa.compute.field("id") >= 17)
     assert needs is None

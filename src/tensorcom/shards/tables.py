@@ -2,8 +2,9 @@
 
     table_units(urls, kind, **open_options) -> [TableUnit]   one per row group (Parquet) or record batch
                                                               (Arrow IPC), from the files' footers only
-    TableReader(units, columns=None, filter=None, shuffle_key=None, **open_options)
-        next(reader)               -> {"__key__": "ROW", "__url__": url, column: value, ...}
+    TableReader(units, columns=None, filter=None, shuffle_key=None, keys=False, **open_options)
+        next(reader)               -> {column: value, ...}; with keys=True also "__key__": "ROW" (the row's
+                                      index in its file) and "__url__": url
         reader.state_dict()        -> {"unit": i, "row": j}: j rows of unit i already yielded
         reader.load_state_dict(s)  re-reads unit i only (never the units before it) and goes on after row j
 
@@ -22,9 +23,12 @@ URL and the row group; a URL that cannot be opened is an OpenError.
 
 from __future__ import annotations
 
+import functools
 import io
+import itertools
+import operator
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -218,21 +222,31 @@ def column_values(column: Any) -> list | np.ndarray:
     return column.to_pylist()
 
 
-def table_rows(table: Any, url: str, start: int, order: np.ndarray | None = None) -> list[dict]:
-    """The rows of a pyarrow Table as samples {"__key__": str(file row), "__url__": url, column: value};
-    `start` is the file row of the table's first row, `order` the rows' order (None: as stored)."""
-    names = table.column_names
-    if "__row__" in names:
-        keys = [str(r) for r in table.column("__row__").to_pylist()]
+def table_rows(table: Any, url: str | None, start: int, order: np.ndarray | None = None) -> list[dict]:
+    """The rows of a pyarrow Table as dicts {column: value}, in `order` (None: as stored); with a `url`,
+    each also has "__key__": str(its row in the file, `start` being the table's first) and "__url__"."""
+    keys: Any = None
+    if "__row__" in table.column_names:
+        keys = map(str, table.column("__row__").to_pylist())
         table = table.drop(["__row__"])
-        names = table.column_names
+    elif url is not None:
+        keys = map(str, range(start, start + table.num_rows))
+    columns = [column_values(column) for column in table.columns]
+    if url is None:
+        rows = list(map(row_maker(tuple(table.column_names)), *columns))
     else:
-        keys = [str(r) for r in range(start, start + table.num_rows)]
-    columns = [column_values(table.column(name)) for name in names]
-    if order is not None:
-        keys = [keys[i] for i in order]
-        columns = [[c[i] for i in order] for c in columns]
-    return [{"__key__": key, "__url__": url, **dict(zip(names, values))} for key, *values in zip(keys, *columns)]
+        make = row_maker(("__key__", "__url__", *table.column_names))
+        rows = list(map(make, keys, itertools.repeat(url, table.num_rows), *columns))
+    return rows if order is None else [rows[i] for i in order]
+
+
+@functools.lru_cache(maxsize=64)
+def row_maker(names: tuple[str, ...]) -> Callable[..., dict]:
+    """A function of len(names) values returning {names[0]: value 0, ...}: a dict display made for these
+    names (as collections.namedtuple makes its classes), so each row's dict is built at its final size,
+    about twice as fast as dict(zip(names, values))."""
+    arguments = [f"_{i}" for i in range(len(names))]
+    return eval(f"lambda {', '.join(arguments)}: {{{', '.join(f'{n!r}: {a}' for n, a in zip(names, arguments))}}}")
 
 
 class TableReader:
@@ -240,25 +254,36 @@ class TableReader:
     its rows (permuted by `shuffle_key` when given) handed out one by one."""
 
     def __init__(self, units: Sequence[TableUnit], *, kind: str, columns: Sequence[str] | None = None,
-                 filter: Any = None, shuffle_key: tuple[int, int] | None = None, **open_options: Any):
+                 filter: Any = None, shuffle_key: tuple[int, int] | None = None, keys: bool = False,
+                 **open_options: Any):
+        self.keys = keys
         self.units, self.kind, self.columns = list(units), kind, None if columns is None else list(columns)
         self.filter, self.filter_columns = filter_expression(filter)
         self.shuffle_key, self.open_options = shuffle_key, open_options
-        self.unit = self.row = 0
-        self._rows: list[dict] | None = None
+        self.unit = self.row = 0  # self.row: rows of self.unit yielded before self._rows was read
+        self._rows: list[dict] = []
+        self._left: Any = iter(())  # what is left of self._rows
         self._files: dict[str, TableFile] = {}
 
     def __iter__(self) -> TableReader:
         return self
 
     def __next__(self) -> dict[str, Any]:
+        try:
+            return next(self._left)
+        except StopIteration:
+            return self._next_unit()
+
+    def _next_unit(self) -> dict[str, Any]:
+        """The first row of the next unit with rows left (its position restored), or StopIteration."""
+        if self._rows:
+            self._rows, self._left, self.unit, self.row = [], iter(()), self.unit + 1, 0
         while self.unit < len(self.units):
-            if self._rows is None:
-                self._rows = self._read(self.units[self.unit])
-            if self.row < len(self._rows):
-                self.row += 1
-                return self._rows[self.row - 1]
-            self._rows, self.unit, self.row = None, self.unit + 1, 0
+            rows = self._read(self.units[self.unit])
+            if self.row < len(rows):
+                self._rows, self._left = rows, iter(rows[self.row:])
+                return next(self._left)
+            self.unit, self.row = self.unit + 1, 0
         self.close()
         raise StopIteration
 
@@ -269,16 +294,17 @@ class TableReader:
             table_file = self._files[unit.url] = TableFile(unit.url, self.kind, **self.open_options)
         table = table_file.read(unit.index, self._columns_read())
         if self.filter is not None:
-            pa = require("pyarrow")
-            rows = pa.array(np.arange(unit.start, unit.start + unit.rows))
-            table = table.append_column("__row__", rows).filter(self.filter)
+            if self.keys:
+                pa = require("pyarrow")
+                table = table.append_column("__row__", pa.array(np.arange(unit.start, unit.start + unit.rows)))
+            table = table.filter(self.filter)
             if self.columns is not None:
-                table = table.select([*self.columns, "__row__"])
+                table = table.select([*self.columns, *(["__row__"] if self.keys else [])])
         order = None
         if self.shuffle_key is not None:
             seed, epoch = self.shuffle_key
             order = np.random.default_rng([seed, epoch, unit.index, unit.start, 0x7AB1E]).permutation(table.num_rows)
-        return table_rows(table, unit.url, unit.start, order)
+        return table_rows(table, unit.url if self.keys else None, unit.start, order)
 
     def _columns_read(self) -> list[str] | None:
         """The columns to read: those asked for, plus those the filter needs (all, when not known)."""
@@ -288,14 +314,16 @@ class TableReader:
 
     def state_dict(self) -> dict[str, int]:
         """{"unit": index in this reader's list, "row": rows of it already yielded}."""
-        return {"unit": self.unit, "row": self.row}
+        if not self._rows:
+            return {"unit": self.unit, "row": self.row}
+        return {"unit": self.unit, "row": len(self._rows) - operator.length_hint(self._left)}
 
     def load_state_dict(self, state: dict[str, int] | None) -> None:
         """Continue after `state` (None: from the first unit); the unit is read again when next is called."""
         unit, row = (0, 0) if state is None else (int(state["unit"]), int(state["row"]))
         if not 0 <= unit <= len(self.units) or row < 0:
             raise ValueError(f"position {state!r} is outside this reader's {len(self.units)} units")
-        self._rows, self.unit, self.row = None, unit, row
+        self._rows, self._left, self.unit, self.row = [], iter(()), unit, row
 
     def close(self) -> None:
         files, self._files = self._files, {}
