@@ -82,8 +82,8 @@ def test_resample_starts_the_next_pass_and_refuses_an_empty_one():
     cursor = MixCursor(MixPlan((1, 1), on_end="resample"), KEY)
     taken = run(cursor, 100, lengths=[3, 1000])
     assert len(taken) == 100 and cursor.passes[0] > 5 and cursor.counts[0] == taken.count(0)
-    empty = MixCursor(MixPlan((1, 1), on_end="resample"), KEY)
-    with pytest.raises(ValueError, match="member 1 has no samples"):
+    empty = MixCursor(MixPlan((1, 1), on_end="resample"), KEY, names=["web", "books"])
+    with pytest.raises(ValueError, match="member 'books' has no samples in pass 0"):
         run(empty, 100, lengths=[3, 0])
 
 
@@ -226,3 +226,9 @@ def test_members_of_one_size_are_not_shuffled_alike():
     mixed = list(Pipeline.mix(same, [1, 1], seed=8, policy="exact", window=2, on_end="drop"))
     orders = [[x % 100 for x in mixed if x // 100 == i] for i in range(2)]
     assert sorted(orders[0]) == sorted(orders[1]) == list(range(20)) and orders[0] != orders[1]
+
+
+def test_resampling_a_member_without_samples_is_an_error_naming_it():
+    p = Pipeline.mix({"some": range(3), "none": []}, on_end="resample")
+    with pytest.raises(ValueError, match="member 'none' has no samples in pass 0"):
+        list(p.take(50))

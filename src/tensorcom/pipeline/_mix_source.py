@@ -81,7 +81,7 @@ class Mix(Source):
 
     def open(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> Node:
         seed = seed if self.seed is None else self.seed
-        cursor = MixCursor(self.plan, (seed, epoch, worker))
+        cursor = MixCursor(self.plan, (seed, epoch, worker), self.names)
         return Mixed(self._opener(seed, epoch, worker, num_workers), cursor, self.names)
 
     def _member_length(self, index: int, worker: int, num_workers: int) -> int | None:

@@ -116,10 +116,12 @@ def weighted_pick(members: Sequence[int], weights: Sequence[float], u: np.ndarra
 
 class MixCursor:
     """The position of one mixture epoch (plan and key fixed): choices made, per-member counts,
-    passes of resampled members, members dropped, whether it has ended."""
+    passes of resampled members, members dropped, whether it has ended. `names` label the members
+    in messages (default "0", "1", ...)."""
 
-    def __init__(self, plan: MixPlan, key: Key):
+    def __init__(self, plan: MixPlan, key: Key, names: Sequence[str] | None = None):
         self.plan, self.key = plan, tuple(int(k) for k in key)
+        self.names = list(names) if names is not None else [str(i) for i in range(len(plan.weights))]
         self._cache: tuple[Any, np.ndarray] | None = None
         self.load_state_dict(None)
 
@@ -158,7 +160,7 @@ class MixCursor:
         rule = self.plan.on_end
         if rule == "resample":
             if self.counts[member] == self.pass_start[member]:
-                raise ValueError(f"mixture member {member} has no samples in pass {self.passes[member]} "
+                raise ValueError(f"mixture member {self.names[member]!r} has no samples in pass {self.passes[member]} "
                                  "(of this worker's portion): it cannot be resampled")
             self.passes[member] += 1
             self.pass_start[member] = self.counts[member]
