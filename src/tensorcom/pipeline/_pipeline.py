@@ -2,6 +2,7 @@
 
     Pipeline(source, seed=0)                      source: any iterable, a tensorcom.pipeline.sources.Source, or a
                                                   Hugging Face Dataset / IterableDataset (pipeline.hf_sources)
+    Pipeline.mix(members, weights, seed=0, policy="random", on_end="stop")   a weighted mixture as the source
       .map(fn, rng=False, workers=0, processes=False, ordered=True, buffer=None)
       .filter(predicate)  .select(*fields)  .to_tuple(*fields)  .shuffle(bufsize)
       .batch(n, partial=True, collate=default_collate)  .unbatch()  .rebatch(n, ...)
