@@ -232,3 +232,12 @@ def test_resampling_a_member_without_samples_is_an_error_naming_it():
     p = Pipeline.mix({"some": range(3), "none": []}, on_end="resample")
     with pytest.raises(ValueError, match="member 'none' has no samples in pass 0"):
         list(p.take(50))
+
+
+def test_a_hugging_face_dataset_member_is_taken_as_pipeline_takes_it():
+    datasets = pytest.importorskip("datasets")
+    table = datasets.Dataset.from_dict({"x": list(range(30))})
+    mix = Mix({"hf": table, "numbers": range(100, 110)}, [3, 1], policy="exact", window=4, on_end="drop")
+    assert type(mix.members[0]) is type(Pipeline(table).source) and type(mix.members[1]) is IterableSource
+    taken = [x if isinstance(x, int) else x["x"] for x in Pipeline(mix, seed=2)]
+    assert sorted(taken) == [*range(30), *range(100, 110)]
