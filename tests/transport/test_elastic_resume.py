@@ -73,3 +73,15 @@ def test_a_zsplit_job_resumes_with_fewer_and_with_more_ranks(popen, tmp_path, fr
         after = [key for keys, _ in join(*run_ranks(port, ranks, merged, None)) for key in keys]
         assert resumed.wait(timeout=30) == 0
         assert sorted(before + after) == [f"s{i:03d}" for i in range(SAMPLES)]
+
+
+def test_a_restarted_ray_actor_passes_over_what_the_consumers_and_the_hub_have():
+    """tensorcom.ray's driver: the batches a dead actor's portion sent to the hub (a count from the
+    hub, or the indices) join those the consumers had before the serve."""
+    from tensorcom.adapters.ray._driver import after_handover
+    from tensorcom.transport.index_set import IndexSet
+
+    resumed = IndexSet([[0, 2], [4, 5]])
+    assert after_handover(resumed, IndexSet([[0, 3]])).intervals == [[0, 6]]  # a count: indices 2, 3, 5
+    assert after_handover(resumed, IndexSet([[6, 7]])).intervals == [[0, 2], [4, 5], [6, 7]]
+    assert after_handover(resumed, IndexSet()) == resumed

@@ -6,10 +6,10 @@ then waits until the hub's input has ended the epoch, so no actor runs ahead and
 starts everything of epoch e is in the hub (with a hub, each run ends once the hub confirmed what
 the actor sent, and the actor's next run is a new sender: ServerActor). An actor that died (a failed
 call, or between calls a new incarnation from `hello`) is waited for while Ray restarts it; then
-`hub.server.handover(stream, v, V, retire=[its last sender])`, for each portion v the actor serves, drops whatever still arrives from the
-dead incarnation and says how many
-batches of portion i the hub took in each unfinished epoch, and the new incarnation serves those
-epochs again, passing over exactly that many. Without a hub (connecting URLs) or with a feed that is
+for each portion v the actor serves, `hub.server.handover(stream, v, V, retire=[its last sender])`
+drops whatever still arrives from the dead incarnation and says which batches of portion v the hub
+took in each unfinished epoch, and the new incarnation serves those epochs again, passing over
+exactly those and the ones the consumers had before the serve (`after_handover`). Without a hub (connecting URLs) or with a feed that is
 not resumable (Ray Data), a dead actor ends the serve with WorkerDied. The books of an epoch's runs
 (which actor has finished, which runs again after a restart) are a Roster, the pure core of the
 process owner (tensorcom.pipeline.processes).
