@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorcom.pipeline._node import Node, State
+from tensorcom.pipeline._node import Indexed, Node, State
 from tensorcom.pipeline.sources import Source, portion_length, portion_order
 from tensorcom.shards.shardlist import node_and_world, split_index
 
@@ -49,13 +49,13 @@ def hf_source(obj: Any, **options: Any) -> Source | None:
     return HFSource(obj, **options) if kind == "Dataset" else HFIterableSource(obj, **options)
 
 
-class HFRows(Node):
-    """Rows dataset[order[i]] for i = position, position + 1, ...: read `block` indices at a time
-    (dataset.__getitems__), the state {"position": i}."""
+class HFRows(Indexed):
+    """Rows dataset[order[i]] for i = position, position + 1, ... (an Indexed node: state {"position": i}),
+    read `block` indices at a time (dataset.__getitems__)."""
 
     def __init__(self, dataset: Any, order: Any, block: int):
-        self.dataset, self.order, self.block = dataset, order, block
-        self.position = 0
+        super().__init__(dataset, order)
+        self.block = block
         self._rows: list = []
         self._first = 0  # the position of self._rows[0]
 
@@ -64,38 +64,47 @@ class HFRows(Node):
             raise StopIteration
         if not self._first <= self.position < self._first + len(self._rows):
             indices = [int(i) for i in self.order[self.position:self.position + self.block]]
-            self._rows, self._first = self.dataset.__getitems__(indices), self.position
+            self._rows, self._first = self.items.__getitems__(indices), self.position
         row = self._rows[self.position - self._first]
         self.position += 1
         return row
 
-    def state_dict(self) -> State:
-        return {"position": self.position}
-
     def load_state_dict(self, state: State | None) -> None:
-        position = 0 if state is None else int(state["position"])
-        if not 0 <= position <= len(self.order):
-            raise ValueError(f"position {position} is outside this source's {len(self.order)} rows")
-        self.position, self._rows = position, []
+        super().load_state_dict(state)
+        self._rows = []
 
 
-class HFSource(Source):
+class HFDataset:
+    """What the two sources below share (a mixin, not a source): the dataset (of class `kind`),
+    `shuffle`, and the node split."""
+
+    kind = "Dataset"
+
+    def __init__(self, dataset: Any, shuffle: bool, rank: int | None, world_size: int | None):
+        if _kind(dataset) != self.kind:
+            raise TypeError(f"{type(self).__name__} takes a datasets.{self.kind}, got {type(dataset).__name__}")
+        self.dataset, self.shuffle = dataset, bool(shuffle)
+        self.rank, self.world_size = node_and_world(rank, world_size)
+
+    def portion(self, worker: int, num_workers: int) -> tuple[int, int]:
+        """(portion index, number of portions) of this node's `worker` of `num_workers`."""
+        return split_index(self.rank, self.world_size, worker, num_workers)
+
+
+class HFSource(HFDataset, Source):
     """A map-style datasets.Dataset (see the module docstring)."""
 
     def __init__(self, dataset: Any, *, shuffle: bool = False, rank: int | None = None,
                  world_size: int | None = None, block: int = 64):
-        if _kind(dataset) != "Dataset":
-            raise TypeError(f"HFSource takes a datasets.Dataset, got {type(dataset).__name__}")
-        self.dataset, self.shuffle, self.block = dataset, bool(shuffle), int(block)
-        self.rank, self.world_size = node_and_world(rank, world_size)
+        super().__init__(dataset, shuffle, rank, world_size)
+        self.block = int(block)
 
     def open(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> HFRows:
-        index, count = split_index(self.rank, self.world_size, worker, num_workers)
-        return HFRows(self.dataset, portion_order(len(self.dataset), self.shuffle, seed, epoch, index, count),
-                      self.block)
+        order = portion_order(len(self.dataset), self.shuffle, seed, epoch, *self.portion(worker, num_workers))
+        return HFRows(self.dataset, order, self.block)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int:
-        return portion_length(len(self.dataset), *split_index(self.rank, self.world_size, worker, num_workers))
+        return portion_length(len(self.dataset), *self.portion(worker, num_workers))
 
 
 class HFIterating(Node):
@@ -122,20 +131,20 @@ class HFIterating(Node):
         self._rows = None
 
 
-class HFIterableSource(Source):
+class HFIterableSource(HFDataset, Source):
     """A datasets.IterableDataset (see the module docstring); `buffer` is the shuffle buffer's size."""
+
+    kind = "IterableDataset"
 
     def __init__(self, dataset: Any, *, shuffle: bool = False, buffer: int = 1000, rank: int | None = None,
                  world_size: int | None = None):
-        if _kind(dataset) != "IterableDataset":
-            raise TypeError(f"HFIterableSource takes a datasets.IterableDataset, got {type(dataset).__name__}")
-        self.dataset, self.shuffle, self.buffer = dataset, bool(shuffle), int(buffer)
-        self.rank, self.world_size = node_and_world(rank, world_size)
+        super().__init__(dataset, shuffle, rank, world_size)
+        self.buffer = int(buffer)
 
     def open(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> HFIterating:
         from datasets.distributed import split_dataset_by_node  # the caller's datasets, already imported
 
-        index, count = split_index(self.rank, self.world_size, worker, num_workers)
+        index, count = self.portion(worker, num_workers)
         dataset = split_dataset_by_node(self.dataset, rank=index, world_size=count)  # a new object, even for 1
         if self.shuffle:
             dataset = dataset.shuffle(seed=seed, buffer_size=self.buffer)
