@@ -26,12 +26,12 @@ that point: each portion passes over (`portion_sending.untaken`) the batches the
 Batches go out zero-copy (`send(batch, copy=False)`): the pipeline hands each batch over and must not
 modify its arrays after yielding it.
 
-Each worker is a process of the process owner (tensorcom.pipeline.processes) running the one worker
-loop on one task, its portions (`serve_portions`), whose values are its counts: messages to the parent
-(on the worker's pipe) are ("item", i, (batches, samples)) after its first batch, then at most every
-portion_sending.PROGRESS_INTERVAL seconds and after each epoch, then ("end", i, count) once its connections
-are closed,
-or ("error", i, Failure), after which the worker exits with status 1. The parent (a `Supervisor`,
+Each serving process (a worker) is a process of the process owner (tensorcom.pipeline.processes)
+running the one worker loop on one task, its portions (`serve_portions`), whose values are its counts:
+messages to the parent (on the worker's pipe) are ("item", i, (batches, samples)) after its first
+batch, then at most every portion_sending.PROGRESS_INTERVAL seconds and after each epoch, then ("end",
+i, count) once its connections are closed, or ("error", i, Failure), after which the worker exits
+with status 1. The parent (a `Supervisor`,
 tensorcom.pipeline._supervisor) prints a rate line to stderr every `report` seconds from the first
 batch (or calls `on_report(stats)`), with rates over the sliding window of tensorcom.rates (the last
 10 s), raises WorkerError when a worker fails (with its traceback and
