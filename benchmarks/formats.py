@@ -14,6 +14,9 @@ Python dict per row, and must yield every row (a count that differs raises):
     hf          datasets.load_dataset("parquet", data_files=files, streaming=True, split="train")
     ray         ray.data.read_parquet(files).iter_rows() (ray.init before the clock starts)
 
+and, for reference, `tensorcom-batches`: ParquetSource(files, batch_rows=1000), batches of column arrays
+(no dict per row), counted in rows.
+
 Rows/s is the best of --repeats passes from the page cache, after one warm-up pass per reader. It
 prints the table and the ratios against the targets: tensorcom / pyarrow >= 0.8x, tensorcom / hf >= 2x,
 tensorcom / ray >= 2x. `--quick` (60,000 rows, 4 files, 1 repeat) runs in well under three minutes.
@@ -41,7 +44,7 @@ from tensorcom import Pipeline  # noqa: E402
 from tensorcom.pipeline import ParquetSource  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent / "bench-data" / "formats"
-READERS = ("tensorcom", "pyarrow", "hf", "ray")
+READERS = ("tensorcom", "pyarrow", "hf", "ray", "tensorcom-batches")
 TARGETS = {"pyarrow": 0.8, "hf": 2.0, "ray": 2.0}
 
 
@@ -73,6 +76,10 @@ def tensorcom_rows(paths: list[str]) -> Iterable[dict]:
     return iter(Pipeline(ParquetSource(paths)))
 
 
+def tensorcom_batches(paths: list[str]) -> Iterable[dict]:
+    return iter(Pipeline(ParquetSource(paths, batch_rows=1000)))
+
+
 def pyarrow_rows(paths: list[str], row_group: int) -> Iterable[dict]:
     for path in paths:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=row_group):
@@ -99,17 +106,22 @@ def count_rows(rows: Iterable[dict]) -> int:
     return count
 
 
-def measure(make: Callable[[], Iterable[dict]], expected: int, repeats: int) -> float:
+def count_batch_rows(batches: Iterable[dict]) -> int:
+    return sum(len(batch["id"]) for batch in batches)
+
+
+def measure(make: Callable[[], Iterable[dict]], expected: int, repeats: int,
+            count: Callable[[Iterable[dict]], int] = count_rows) -> float:
     """Best rows/s over `repeats` passes after a warm-up; raises if a pass does not yield `expected` rows."""
-    count_rows(make())
+    count(make())
     best = 0.0
     for _ in range(repeats):
         start = time.perf_counter()
-        count = count_rows(make())
+        rows = count(make())
         elapsed = time.perf_counter() - start
-        if count != expected:
-            raise RuntimeError(f"a reader yielded {count} rows, not {expected}")
-        best = max(best, count / elapsed)
+        if rows != expected:
+            raise RuntimeError(f"a reader yielded {rows} rows, not {expected}")
+        best = max(best, rows / elapsed)
     return best
 
 
@@ -135,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "pyarrow": lambda: pyarrow_rows(paths, args.row_group),
         "hf": lambda: hf_rows(paths),
         "ray": lambda: ray_rows(paths),
+        "tensorcom-batches": lambda: tensorcom_batches(paths),
     }
     if "ray" in readers:
         import ray
@@ -147,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
           f"best of {args.repeats}; python {sys.version.split()[0]}, pyarrow {pa.__version__}", flush=True)
     speeds = {}
     for name in readers:
-        speeds[name] = measure(makers[name], args.rows, args.repeats)
+        counter = count_batch_rows if name == "tensorcom-batches" else count_rows
+        speeds[name] = measure(makers[name], args.rows, args.repeats, counter)
         print(f"  {name}: {speeds[name]:,.0f} rows/s", flush=True)
     print()
     print("| reader | rows/s | tensorcom / reader | target |")

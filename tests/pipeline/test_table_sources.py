@@ -74,6 +74,25 @@ def test_resume_in_the_middle_of_a_row_group(files):
     assert head + ids(second) == full
 
 
+def test_batches_of_rows_resume_and_count(files):
+    def pipeline():
+        return Pipeline(ParquetSource(str(files / "a.parquet"), batch_rows=2, shuffle=True), seed=1)
+
+    batches = list(pipeline())
+    assert len(pipeline()) == len(batches) == 3 + 3 + 3 + 1  # row groups of 5, 5, 5, 2
+    assert sorted(np.concatenate([b["id"] for b in batches]).tolist()) == list(range(17))
+    assert batches[0]["id"].dtype == np.int64 and isinstance(batches[0]["png"], list)
+    first = pipeline()
+    it = iter(first)
+    head = [next(it) for _ in range(4)]
+    state = json.loads(json.dumps(first.state_dict()))
+    second = pipeline()
+    second.load_state_dict(state)
+    assert [b["id"].tolist() for b in head + list(second)] == [b["id"].tolist() for b in batches]
+    with pytest.raises(ValueError, match="batch_rows"):
+        ParquetSource(str(files / "a.parquet"), batch_rows=0)
+
+
 def test_filter_and_columns(files):
     source = ParquetSource(str(files / "b.parquet"), columns=["id"], filter=[("label", "l1")])
     assert list(Pipeline(source)) == [{"id": 101}, {"id": 104}, {"id": 107}]

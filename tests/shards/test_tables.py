@@ -10,7 +10,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from tensorcom.errors import OpenError, ShardError  # noqa: E402
-from tensorcom.shards.tables import TableReader, filter_expression, table_rows, table_units  # noqa: E402
+from tensorcom.shards.tables import TableReader, filter_expression, table_batches, table_rows, table_units  # noqa: E402
 
 ROWS = 20
 
@@ -132,5 +132,10 @@ def test_http_files_are_read_with_ranged_requests(parquet_file, http_server):
     assert 1 <= requests <= 4  # the footer and the last row group's range, not a read from byte 0
 
 
-def test_rows_of_an_empty_table():
+def test_rows_and_batches_of_a_table():
     assert table_rows(table().slice(0, 0), "u", 0) == []
+    batches = table_batches(table(), 8, "u", 0, order=np.arange(ROWS)[::-1])
+    assert [len(b["id"]) for b in batches] == [8, 8, 4] and batches[0]["id"].tolist() == list(range(19, 11, -1))
+    assert batches[0]["vec"].shape == (8, 3) and batches[0]["vec"][0].tolist() == [57.0, 58.0, 59.0]
+    assert batches[2]["__key__"] == ["3", "2", "1", "0"] and batches[2]["__url__"] == "u"
+    assert batches[2]["txt"] == ["row 3", "row 2", "row 1", "row 0"] and batches[1]["tags"][0] == [11, 11]

@@ -1,12 +1,15 @@
 """Parquet and Arrow IPC tables as pipeline sources (pyarrow, the `parquet` extra, imported when used).
 
-    ParquetSource(urls, columns=None, filter=None, shuffle=False, keys=False, rank=None, world_size=None,
-                  **open_options)
+    ParquetSource(urls, columns=None, filter=None, shuffle=False, keys=False, batch_rows=None, rank=None,
+                  world_size=None, **open_options)
     ArrowSource(urls, ...)              the same for Arrow IPC files (Feather v2), one unit per record batch
 
 Samples are dicts {column: value} (tensorcom.shards.tables says which Python / numpy value each column
 type gives); `keys=True` adds "__key__" (the row's index in its file, as a string) and "__url__", as
-tar samples have them (it costs about a fifth of the reading speed). The unit of work is a row group (a record batch):
+tar samples have them (it costs about a fifth of the reading speed). `batch_rows=N` yields batches
+instead, {column: numpy array (numbers, fixed-size lists, tensors) or list}, of N rows of one row
+group (the last of each row group shorter): no Python object per row, so several times faster; its
+items, `len` and state count batches. The unit of work is a row group (a record batch):
 the units of all files, listed from the files' footers once per source object, are ordered per
 split as a stride between nodes (rank / world_size, or RANK / WORLD_SIZE) and workers, so every
 unit goes to exactly one (node, worker) and nobody reads and skips another's rows; `shuffle` then
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tensorcom.checks import near_misses
+from tensorcom.checks import near_misses, positive
 from tensorcom.pipeline.sources import Source
 from tensorcom.shards import OPEN_OPTIONS
 from tensorcom.shards.shardlist import epoch_order, expand_urls, node_and_world, split_index
@@ -34,8 +37,8 @@ class TableSource(Source):
     kind = "parquet"
 
     def __init__(self, urls: str | Sequence[str], *, columns: Sequence[str] | None = None, filter: Any = None,
-                 shuffle: bool = False, keys: bool = False, rank: int | None = None, world_size: int | None = None,
-                 **open_options: Any):
+                 shuffle: bool = False, keys: bool = False, batch_rows: int | None = None, rank: int | None = None,
+                 world_size: int | None = None, **open_options: Any):
         near_misses(type(self).__name__, open_options, OPEN_OPTIONS)
         if isinstance(columns, str):
             raise TypeError(f"columns takes a list of column names, not one string: {columns!r}")
@@ -43,6 +46,7 @@ class TableSource(Source):
         self.urls = expand_urls(urls)
         self.columns = None if columns is None else list(columns)
         self.filter, self.shuffle, self.keys, self.open_options = filter, bool(shuffle), bool(keys), open_options
+        self.batch_rows = None if batch_rows is None else positive("batch_rows", batch_rows)
         self.rank, self.world_size = node_and_world(rank, world_size)
         self._units: list[TableUnit] | None = None
 
@@ -67,12 +71,15 @@ class TableSource(Source):
     def open(self, *, seed: int, epoch: int, worker: int, num_workers: int) -> TableReader:
         return TableReader(self.portion(seed, epoch, worker, num_workers), kind=self.kind, columns=self.columns,
                            filter=self.filter, shuffle_key=(seed, epoch) if self.shuffle else None,
-                           keys=self.keys, **self.open_options)
+                           keys=self.keys, batch_rows=self.batch_rows, **self.open_options)
 
     def length(self, worker: int = 0, num_workers: int = 1) -> int | None:
         if self.filter is not None:
             return None
-        return sum(unit.rows for unit in self.portion(0, 0, worker, num_workers))
+        units = self.portion(0, 0, worker, num_workers)
+        if self.batch_rows:
+            return sum(-(-unit.rows // self.batch_rows) for unit in units)
+        return sum(unit.rows for unit in units)
 
     def __len__(self) -> int:
         length = self.length()

@@ -2,10 +2,11 @@
 
     table_units(urls, kind, **open_options) -> [TableUnit]   one per row group (Parquet) or record batch
                                                               (Arrow IPC), from the files' footers only
-    TableReader(units, columns=None, filter=None, shuffle_key=None, keys=False, **open_options)
+    TableReader(units, columns=None, filter=None, shuffle_key=None, keys=False, batch_rows=None, **open_options)
         next(reader)               -> {column: value, ...}; with keys=True also "__key__": "ROW" (the row's
-                                      index in its file) and "__url__": url
-        reader.state_dict()        -> {"unit": i, "row": j}: j rows of unit i already yielded
+                                      index in its file) and "__url__": url; with batch_rows=N a batch
+                                      {column: N values} of N rows of one unit (fewer at its end)
+        reader.state_dict()        -> {"unit": i, "row": j}: j rows (batches) of unit i already yielded
         reader.load_state_dict(s)  re-reads unit i only (never the units before it) and goes on after row j
 
 A unit is the smallest piece read at once; the list of units is what the pipeline shuffles and splits
@@ -207,8 +208,9 @@ def filter_expression(condition: Any) -> tuple[Any, list[str] | None]:
     return expression, [column for column, _ in pairs]
 
 
-def column_values(column: Any) -> list | np.ndarray:
-    """The values of one pyarrow column (ChunkedArray), row by row (see the module docstring)."""
+def column_values(column: Any, as_rows: bool = True) -> list | np.ndarray:
+    """The values of one pyarrow column (ChunkedArray), one per row (see the module docstring); with
+    `as_rows=False`, numbers as one numpy array rather than a list of scalars (a batch's field)."""
     pa = require("pyarrow")
     kind = column.type
     if isinstance(kind, pa.FixedShapeTensorType):
@@ -218,35 +220,58 @@ def column_values(column: Any) -> list | np.ndarray:
         return flat.reshape(len(column), kind.list_size, *flat.shape[1:])
     if (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)) \
             and column.null_count == 0:
-        return column.to_numpy().tolist()
+        values = column.to_numpy()
+        return values.tolist() if as_rows else values if values.flags.writeable else values.copy()
     return column.to_pylist()
+
+
+def _keys(table: Any, url: str | None, start: int) -> tuple[list[str] | None, Any]:
+    """(the rows' keys: str(row in the file), or None without a `url`; the table without "__row__"):
+    the rows are numbered from `start`, or by the "__row__" column a filter kept."""
+    if "__row__" in table.column_names:
+        return [str(r) for r in table.column("__row__").to_pylist()], table.drop(["__row__"])
+    return (None if url is None else [str(r) for r in range(start, start + table.num_rows)]), table
 
 
 def table_rows(table: Any, url: str | None, start: int, order: np.ndarray | None = None) -> list[dict]:
     """The rows of a pyarrow Table as dicts {column: value}, in `order` (None: as stored); with a `url`,
     each also has "__key__": str(its row in the file, `start` being the table's first) and "__url__"."""
-    keys: Any = None
-    if "__row__" in table.column_names:
-        keys = map(str, table.column("__row__").to_pylist())
-        table = table.drop(["__row__"])
-    elif url is not None:
-        keys = map(str, range(start, start + table.num_rows))
+    keys, table = _keys(table, url, start)
     columns = [column_values(column) for column in table.columns]
-    if url is None:
-        rows = list(map(row_maker(tuple(table.column_names)), *columns))
+    if keys is None and not columns:
+        rows = [{} for _ in range(table.num_rows)]
+    elif keys is None:
+        rows = rows_maker(tuple(table.column_names))(*columns)
     else:
-        make = row_maker(("__key__", "__url__", *table.column_names))
-        rows = list(map(make, keys, itertools.repeat(url, table.num_rows), *columns))
+        rows = rows_maker(("__key__", "__url__", *table.column_names))(keys, itertools.repeat(url), *columns)
     return rows if order is None else [rows[i] for i in order]
 
 
+def table_batches(table: Any, size: int, url: str | None, start: int, order: np.ndarray | None = None) -> list[dict]:
+    """The rows of a pyarrow Table in `order`, as batches of `size` rows (the last may be shorter):
+    {column: numpy array or list, one item per row} (tensorcom.batch's dict batches); with a `url`,
+    also "__key__": the rows' keys and "__url__": url."""
+    keys, table = _keys(table, url, start)
+    if order is not None:
+        table = table.take(order)
+        keys = None if keys is None else [keys[i] for i in order]
+    columns = {name: column_values(table.column(name), as_rows=False) for name in table.column_names}
+    batches = []
+    for first in range(0, table.num_rows, size):
+        batch = {name: values[first:first + size] for name, values in columns.items()}
+        batches.append(batch if keys is None else {"__key__": keys[first:first + size], "__url__": url, **batch})
+    return batches
+
+
 @functools.lru_cache(maxsize=64)
-def row_maker(names: tuple[str, ...]) -> Callable[..., dict]:
-    """A function of len(names) values returning {names[0]: value 0, ...}: a dict display made for these
-    names (as collections.namedtuple makes its classes), so each row's dict is built at its final size,
-    about twice as fast as dict(zip(names, values))."""
-    arguments = [f"_{i}" for i in range(len(names))]
-    return eval(f"lambda {', '.join(arguments)}: {{{', '.join(f'{n!r}: {a}' for n, a in zip(names, arguments))}}}")
+def rows_maker(names: tuple[str, ...]) -> Callable[..., list[dict]]:
+    """A function of len(names) columns returning their rows as [{names[0]: value, ...}, ...]: a list
+    comprehension over a dict display made for these names (as collections.namedtuple makes its
+    classes), so no function is called per row and each dict is built at its final size."""
+    columns = [f"c{i}" for i in range(len(names))]
+    values = [f"v{i}" for i in range(len(names))]
+    row = ", ".join(f"{name!r}: {value}" for name, value in zip(names, values))
+    return eval(f"lambda {', '.join(columns)}: [{{{row}}} for ({', '.join(values)},) in zip({', '.join(columns)})]")
 
 
 class TableReader:
@@ -255,8 +280,8 @@ class TableReader:
 
     def __init__(self, units: Sequence[TableUnit], *, kind: str, columns: Sequence[str] | None = None,
                  filter: Any = None, shuffle_key: tuple[int, int] | None = None, keys: bool = False,
-                 **open_options: Any):
-        self.keys = keys
+                 batch_rows: int | None = None, **open_options: Any):
+        self.keys, self.batch_rows = keys, batch_rows
         self.units, self.kind, self.columns = list(units), kind, None if columns is None else list(columns)
         self.filter, self.filter_columns = filter_expression(filter)
         self.shuffle_key, self.open_options = shuffle_key, open_options
@@ -304,7 +329,10 @@ class TableReader:
         if self.shuffle_key is not None:
             seed, epoch = self.shuffle_key
             order = np.random.default_rng([seed, epoch, unit.index, unit.start, 0x7AB1E]).permutation(table.num_rows)
-        return table_rows(table, unit.url if self.keys else None, unit.start, order)
+        url = unit.url if self.keys else None
+        if self.batch_rows:
+            return table_batches(table, self.batch_rows, url, unit.start, order)
+        return table_rows(table, url, unit.start, order)
 
     def _columns_read(self) -> list[str] | None:
         """The columns to read: those asked for, plus those the filter needs (all, when not known)."""
