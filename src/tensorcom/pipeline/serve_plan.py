@@ -76,8 +76,9 @@ class ServePlan:
         urls = self.urls or [DEFAULT_URL]
         served, epochs = self.limited(target)
         what = announce or describe(served)
-        print(f"serving {what} to {' '.join(urls)} from {self.publishers()} {self.unit}(s)", file=sys.stderr,
-              flush=True)
+        portions = self.portions()
+        print(f"serving {what} to {' '.join(urls)} from {min(self.publishers(), portions)} {self.unit}(s), "
+              f"{portions} portion(s)", file=sys.stderr, flush=True)
         return (self.serve or serve)(served, urls, workers=self.workers, epochs=epochs, report=self.report or None,
                                      **self.options)
 
