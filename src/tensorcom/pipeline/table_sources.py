@@ -30,6 +30,8 @@ from tensorcom.shards.shardlist import epoch_order, expand_urls, node_and_world,
 from tensorcom.shards.tables import TableReader, TableUnit, filter_expression, table_units
 from tensorcom.wire import strided
 
+TABLE_OPTIONS = tuple(option for option in OPEN_OPTIONS if option != "require_end_blocks")  # gopen's
+
 
 class TableSource(Source):
     """Rows of Parquet (`kind="parquet"`) or Arrow IPC (`kind="arrow"`) files (see the module docstring)."""
@@ -39,7 +41,7 @@ class TableSource(Source):
     def __init__(self, urls: str | Sequence[str], *, columns: Sequence[str] | None = None, filter: Any = None,
                  shuffle: bool = False, keys: bool = False, batch_rows: int | None = None, rank: int | None = None,
                  world_size: int | None = None, **open_options: Any):
-        near_misses(type(self).__name__, open_options, OPEN_OPTIONS)
+        near_misses(type(self).__name__, open_options, TABLE_OPTIONS)
         if isinstance(columns, str):
             raise TypeError(f"columns takes a list of column names, not one string: {columns!r}")
         filter_expression(filter)  # a malformed filter fails now

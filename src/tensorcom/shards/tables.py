@@ -16,6 +16,10 @@ as str, numbers as Python scalars, fixed-size lists and tensor columns as numpy 
 pyarrow's Python values. `filter` is a pyarrow.compute expression or a list of (column, value) pairs
 that must all hold; `shuffle_key` (seed, epoch) permutes the rows inside each unit.
 
+Listing reads a Parquet file's footer only; an Arrow IPC file has no row counts in its footer, so
+listing reads each record batch once (cheap for local files, which are memory-mapped). Feather v1
+files are not Arrow IPC files: convert them with pyarrow.feather.
+
 URLs open through gopen: local files memory-mapped, seekable streams (s3:// and other fsspec URLs)
 read in place, http(s):// through `RangeFile` (one ranged GET per run of sequential reads), anything
 else (pipe:) read whole. A truncated or corrupt file, or a missing column, is a ShardError naming the
