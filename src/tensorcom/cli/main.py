@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "mon": ("tensorcom.cli.tensormon", "main", "same as tensormon"),
     "stat": ("tensorcom.cli.tensorstat", "main", "same as tensorstat"),
     "show": ("tensorcom.cli.tensorshow", "main", "same as tensorshow"),
+    "shard": ("tensorcom.cli.shard", "main", "convert an image folder, table or dataset into tar or Parquet shards"),
     "keys": ("tensorcom.cli.keys", "main", "make a CURVE key pair for secured streams (docs/security.md)"),
 }
 
