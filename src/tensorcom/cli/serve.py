@@ -10,7 +10,9 @@ it returns through a buffer of `--shuffle-buffer` items (default: served in its 
     tensorcom serve mymodule:make_pipeline zpush://127.0.0.1:7880 -w 4 --epochs 10
 
 URLs and workers follow tensorcom.serve: connecting URLs (zpush, zrpub) take any number of workers;
-binding ones (zpub, the default zpub://127.0.0.1:7880) one worker each. Options may come before,
+binding ones (zpub, the default zpub://127.0.0.1:7880) one worker each. The stream has `--portions V`
+portions (default: the workers), which the workers share out; a restart with `--resume FILE` may use
+another `-w`. Options may come before,
 between or after MODULE:FUNCTION and the URLs.
 
 `--ray N` serves from N Ray actors instead of local worker processes (tensorcom.ray; docs/ray.md),

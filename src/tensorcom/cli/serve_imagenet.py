@@ -15,9 +15,10 @@ normalize, `-B` serve one preloaded batch over and over (measures the transport 
 default URL is zpub://127.0.0.1:7880. DIR is DIR/train when that exists (0.1's layout), else DIR itself.
 
 New: `--size` (default 224), `--min-scale` (smallest crop area, default 0.08), `--epochs E` (default 0:
-forever; an end-of-epoch marker per publisher after each), `--count N` (stop after about N batches),
-`--seed`, `-r SECONDS` between rate reports on stderr. The pipelines are tensorcom.images.imagenet's;
-tensorcom.pipeline.serve_plan runs them. `--ray N [--address ADDR]` serves from N Ray actors in place of
+forever; an end-of-epoch marker per portion after each), `--count N` (stop after about N batches),
+`--seed`, `-r SECONDS` between rate reports on stderr, `--portions V` (the stream's portions, default
+P; a restart with `--resume` may use another -P, as long as -w stays: -w splits each portion). The
+pipelines are tensorcom.images.imagenet's; tensorcom.pipeline.serve_plan runs them. `--ray N [--address ADDR]` serves from N Ray actors in place of
 the -P publishers (docs/ray.md; the dataset must be at the same path on every node).
 """
 
@@ -53,8 +54,8 @@ def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
     parser.add_argument("-n", "--normalize", action="store_true",
                         help="send float32 images normalized with ImageNet mean/std")
     parser.add_argument("-B", "--benchmark", action="store_true", help="preload one batch and serve it repeatedly")
-    add_serving_arguments(parser, count_help="stop after N batches in all, each of P publishers sending "
-                          "ceil(N/P) (0: no limit)")
+    add_serving_arguments(parser, count_help="stop after N batches in all, each of the stream's V portions "
+                          "(--portions, default P) sending ceil(N/V) (0: no limit)")
     parser.add_argument("--size", type=positive_int, default=224, help="output image size (default 224)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the augmentation and shuffling")
     parser.add_argument("--min-scale", type=fraction, default=0.08,
