@@ -4,6 +4,7 @@
                                                   Hugging Face Dataset / IterableDataset (pipeline.hf_sources)
     Pipeline.mix(members, weights, seed=0, policy="random", on_end="stop")   a weighted mixture as the source
       .map(fn, rng=False, workers=0, processes=False, ordered=True, buffer=None)
+      .cache(dir, max_side=None, max_bytes=None)    decode images once, map them from files (pipeline.cache)
       .filter(predicate)  .select(*fields)  .to_tuple(*fields)  .shuffle(bufsize)
       .batch(n, partial=True, collate=default_collate)  .unbatch()  .rebatch(n, ...)
       .repeat(epochs=None)  .take(n)  .prefetch(n=2)
@@ -173,6 +174,16 @@ class Pipeline:
             check_picklable(fn, "map function")
         return self._then("map", fn=fn, rng=rng, workers=workers, processes=processes, ordered=ordered,
                           buffer=buffer, persistent=persistent)
+
+    def cache(self, directory: str, *, max_side: int | None = None, max_bytes: int | None = None,
+              key: str | None = None) -> Pipeline:
+        """Decode each dict sample's image once into a memory-mapped file under `directory` (the
+        shorter side kept >= `max_side` through DCT scaling; at most `max_bytes` of files) and read
+        it from there in later epochs and other processes: the image field becomes an HWC uint8
+        array. Keyed by the source's files (or `key`) and the decoding (tensorcom.pipeline.cache)."""
+        from tensorcom.pipeline.cache import decoded_cache
+
+        return self.map(decoded_cache(self.source, directory, max_side=max_side, max_bytes=max_bytes, key=key))
 
     def filter(self, predicate: Callable[[Any], bool]) -> Pipeline:
         """Keep the samples for which predicate(sample) is true."""

@@ -1,0 +1,149 @@
+"""A decoded-image cache: decode each image once, map it from a file in every later epoch.
+
+    Pipeline(source).cache(dir, max_side=None, max_bytes=None)   (Pipeline.cache calls decoded_cache)
+    decoded_cache(source, dir, ...)    the map function: a dict sample -> the same sample with its image
+                                       field an HWC uint8 array and "__cache__" = "hit" / "stored" / "full"
+    cache_directory(dir, source, max_side, key=None)   the sub-directory of one (source, decoding)
+    source_listing(source)             what identifies a source's data (paths, sizes, modification times)
+
+What is cached is the deterministic part of an image pipeline: the read and the decode to uint8 RGB,
+at the smallest DCT scale (1, 1/2, 1/4, 1/8; JPEG only, done by libjpeg-turbo at no extra cost) whose
+shorter side is still at least `max_side`, so the random crops of later epochs never lose detail to
+the cache. What follows the cache stage (RandomResizedCrop, flip, normalize) runs every epoch on the
+mapped array; a map with rng=True draws the same numbers whether its input was a hit or a miss,
+because its generator is keyed by the sample's position, so an epoch's batches are the same bits
+whether the cache was empty, full, or bounded (`max_bytes`) so that some images are decoded again.
+
+Keys: the sub-directory is a hash of the format version, the decoding (mode, max_side) and the
+source's listing (every file's path, size and modification time, or every shard URL with the size
+and time of local ones); inside it each entry is named by the sample's `__url__` and `__key__`. A
+changed dataset, decode option or max_side is therefore another directory (a miss), never a wrong
+image. Sources without a listing need `key=` (a string naming the data's version). The files, the
+crash safety and the size bound are tensorcom.pipeline._cache_store's.
+
+Counts: each process's stage counts its outcomes (`counts`: hit, stored, full); the samples carry
+theirs in "__cache__" for counting across processes (tensorcom prepare does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from tensorcom import imagecodec
+from tensorcom.checks import non_negative, positive
+from tensorcom.pipeline._cache_store import EntryStore
+from tensorcom.pipeline.sources import field_name, read_bytes
+from tensorcom.shards.fields import IMAGE_EXTS
+
+FORMAT_VERSION = 1
+MODE = "rgb8"
+
+
+def _stat(path: str) -> list:
+    """[size, mtime_ns] of a local file, [] for a remote URL or a missing file."""
+    local = path[len("file://"):] if path.startswith("file://") else path
+    if "://" in local:
+        return []
+    try:
+        status = os.stat(local)
+    except OSError:
+        return []
+    return [status.st_size, status.st_mtime_ns]
+
+
+def source_listing(source: Any) -> list:
+    """A JSON-able description of the data behind `source`: [path, label, size, mtime] per image of an
+    ImageFolderSource (anything with `items()` of (path, label)), [url, size, mtime] per shard of a
+    ShardSource (`urls`) or path of a PathSource (`paths`). TypeError for any other source."""
+    if callable(getattr(source, "items", None)):
+        return [["item", os.fspath(path), int(label), *_stat(os.fspath(path))] for path, label in source.items()]
+    for attribute in ("urls", "paths"):
+        if isinstance(getattr(source, attribute, None), (list, tuple)):
+            return [[attribute, str(url), *_stat(str(url))] for url in getattr(source, attribute)]
+    raise TypeError(f"cannot tell what data a {type(source).__name__} reads: pass cache(..., key='name and "
+                    f"version of the data')")
+
+
+def cache_directory(root: str | os.PathLike, source: Any, max_side: int | None, key: str | None = None) -> str:
+    """root/<hash of format, decoding and source (or `key`)>: one directory per distinct content."""
+    identity = {"format": FORMAT_VERSION, "mode": MODE, "max_side": max_side,
+                "source": source_listing(source) if key is None else ["key", key]}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    return os.path.join(os.fspath(root), digest)
+
+
+def entry_key(sample: dict) -> str:
+    """The name of a sample's entry: its `__url__` (shard) and `__key__`; ValueError without a key."""
+    if "__key__" not in sample:
+        raise ValueError(f"a cached sample needs a '__key__'; it has {sorted(sample)}")
+    return f"{sample.get('__url__') or ''}\n{sample['__key__']}"
+
+
+def image_field(sample: dict) -> tuple[str, Any]:
+    """(field, encoded bytes) of the sample's image: its first field whose extension is an image's
+    (shards.fields.IMAGE_EXTS), else the file at `__path__` (read here) under its extension."""
+    for name, value in sample.items():
+        if name.rsplit(".", 1)[-1].lower() in IMAGE_EXTS and isinstance(value, (bytes, bytearray, memoryview)):
+            return name, value
+    if "__path__" in sample:
+        return field_name(sample["__path__"]), None
+    raise KeyError(f"sample {sample.get('__key__')!r} has no image field ({'/'.join(sorted(IMAGE_EXTS))}) "
+                   f"and no __path__; it has {sorted(sample)}")
+
+
+def decode_bounded(data: bytes, max_side: int | None) -> np.ndarray:
+    """HWC uint8 RGB of `data`, at the smallest DCT scale keeping the shorter side >= max_side."""
+    needed = 1.0
+    if max_side is not None:
+        width, height = imagecodec.image_size(data)
+        needed = min(1.0, max_side / min(width, height))
+    array, _ = imagecodec.open_scaled(bytes(data), needed)
+    return np.ascontiguousarray(array)
+
+
+class DecodedCache:
+    """The map function of Pipeline.cache (picklable; files open where it runs): a dict sample ->
+    {**sample, image field: HWC uint8 array, "__cache__": outcome}. See the module docstring."""
+
+    def __init__(self, directory: str, max_side: int | None = None, max_bytes: int | None = None):
+        self.directory, self.max_side = directory, max_side
+        self.store = EntryStore(directory, max_bytes)
+        self.counts = {"hit": 0, "stored": 0, "full": 0}
+
+    def __repr__(self) -> str:
+        return f"DecodedCache({self.directory!r}, max_side={self.max_side}, max_bytes={self.store.max_bytes})"
+
+    def __call__(self, sample: dict) -> dict:
+        if not isinstance(sample, dict):
+            raise TypeError(f"cache() takes dict samples, got {type(sample).__name__}")
+        field, data = image_field(sample)
+        key = entry_key(sample)
+        array = self.store.load(key)
+        if array is not None:
+            outcome = "hit"
+        else:
+            array = decode_bounded(read_bytes(sample["__path__"]) if data is None else data, self.max_side)
+            outcome = self.store.save(key, array)
+        self.counts[outcome] += 1
+        return {**sample, field: array, "__cache__": outcome}
+
+    def has(self, sample: dict) -> bool:
+        """Whether the sample's entry is there (without reading or decoding anything)."""
+        return self.store.has(entry_key(sample))
+
+
+def decoded_cache(source: Any, directory: str | os.PathLike, *, max_side: int | None = None,
+                  max_bytes: int | None = None, key: str | None = None) -> DecodedCache:
+    """The DecodedCache for `source`'s data under `directory` (checked arguments; see the module)."""
+    if max_side is not None:
+        positive("max_side", max_side)
+    if max_bytes is not None:
+        non_negative("max_bytes", max_bytes)
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}: {key!r}")
+    return DecodedCache(cache_directory(directory, source, max_side, key), max_side, max_bytes)

@@ -1,0 +1,165 @@
+"""Pipeline.cache (tensorcom.pipeline.cache and _cache_store): decoded images stored once in
+memory-mapped `.ten` files, read in later epochs; keys, the size bound, crash safety, exactness."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+from tensorcom.images.folder import ImageFolderSource
+from tensorcom.images.imagenet import Augment, collate_pair
+from tensorcom.pipeline import Pipeline
+from tensorcom.pipeline._cache_store import EntryStore, entry_bytes, entry_name
+from tensorcom.pipeline.cache import cache_directory, decode_bounded
+
+CLASSES, PER_CLASS = 2, 6
+
+
+def write_tree(root, shape=(48, 64)):
+    """root/c<label>/<i>.jpg: CLASSES x PER_CLASS JPEGs of `shape` (h, w) with random pixels."""
+    import simplejpeg
+
+    rng = np.random.default_rng(0)
+    for label, i in itertools.product(range(CLASSES), range(PER_CLASS)):
+        path = root / f"c{label}" / f"{i}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(simplejpeg.encode_jpeg(rng.integers(0, 255, (*shape, 3), dtype=np.uint8)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return write_tree(tmp_path_factory.mktemp("tree"))
+
+
+def cached(tree, directory, **options):
+    source = ImageFolderSource(str(tree), read=False, shuffle=True)
+    return Pipeline(source, seed=3).cache(str(directory), **options)
+
+
+def outcomes(pipeline):
+    return [sample["__cache__"] for sample in pipeline]
+
+
+def test_store_round_trip_is_a_writable_view_of_the_file(tmp_path):
+    store = EntryStore(tmp_path)
+    image = np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3)
+    assert store.load("k") is None and not store.has("k")
+    assert store.save("k", image) == "stored"
+    assert os.path.getsize(tmp_path / entry_name("k")) == entry_bytes(image)
+    loaded = store.load("k")
+    assert np.array_equal(loaded, image) and not loaded.flags.owndata and loaded.flags.writeable
+    loaded[0, 0, 0] = 255  # copy-on-write: the file keeps its bytes
+    assert store.load("k")[0, 0, 0] == 0
+    (tmp_path / entry_name("bad")).parent.mkdir(exist_ok=True)
+    (tmp_path / entry_name("bad")).write_bytes(b"not a tenbin file")
+    (tmp_path / entry_name("empty")).parent.mkdir(exist_ok=True)
+    (tmp_path / entry_name("empty")).write_bytes(b"")
+    assert store.load("bad") is None and store.load("empty") is None
+
+
+def test_first_epoch_stores_later_epochs_hit_the_same_pixels(tree, tmp_path):
+    pipeline = cached(tree, tmp_path)
+    first = list(pipeline)
+    assert [s["__cache__"] for s in first] == ["stored"] * CLASSES * PER_CLASS
+    again = list(cached(tree, tmp_path).set_epoch(1))
+    assert {s["__cache__"] for s in again} == {"hit"}
+    by_key = {s["__key__"]: s["jpg"] for s in first}
+    for sample in again:
+        assert np.array_equal(sample["jpg"], by_key[sample["__key__"]])
+        assert sample["jpg"].shape == (48, 64, 3) and sample["cls"] in (0, 1)
+    assert pipeline.steps[-1].args["fn"].counts == {"hit": 0, "stored": 12, "full": 0}
+
+
+def test_max_side_uses_dct_scaling_and_is_its_own_key(tree, tmp_path):
+    assert outcomes(cached(tree, tmp_path)) == ["stored"] * 12
+    halves = list(cached(tree, tmp_path, max_side=20))
+    assert {s["__cache__"] for s in halves} == {"stored"}  # another max_side: a miss, not the full images
+    assert {s["jpg"].shape for s in halves} == {(24, 32, 3)}  # 1/2 keeps the shorter side >= 20
+    assert {s["jpg"].shape for s in cached(tree, tmp_path, max_side=100)} == {(48, 64, 3)}
+    assert decode_bounded((tree / "c0" / "0.jpg").read_bytes(), 6).shape == (6, 8, 3)
+
+
+def test_a_changed_file_is_a_miss_never_a_stale_image(tmp_path):
+    root = write_tree(tmp_path / "data")
+    assert outcomes(cached(root, tmp_path / "cache")) == ["stored"] * 12
+    write_tree(root, shape=(32, 40))  # same paths, other pixels and sizes
+    changed = list(cached(root, tmp_path / "cache"))
+    assert {s["__cache__"] for s in changed} == {"stored"} and {s["jpg"].shape for s in changed} == {(32, 40, 3)}
+    source = ImageFolderSource(str(root), read=False)
+    assert cache_directory("c", source, None) != cache_directory("c", source, 64)
+    assert cache_directory("c", source, None, key="v1") != cache_directory("c", source, None, key="v2")
+    with pytest.raises(TypeError, match="key="):
+        Pipeline([{"__key__": "a"}]).cache(str(tmp_path))
+
+
+def test_max_bytes_bounds_the_files_and_the_rest_is_decoded(tree, tmp_path):
+    one = entry_bytes(np.zeros((48, 64, 3), np.uint8))
+    bounded = list(cached(tree, tmp_path, max_bytes=5 * one))
+    assert [s["__cache__"] for s in bounded].count("stored") == 5
+    assert [s["__cache__"] for s in bounded].count("full") == 7
+    files = [f for d, _, names in os.walk(tmp_path) for f in names if f.endswith(".ten")]
+    assert len(files) == 5
+    later = list(cached(tree, tmp_path, max_bytes=5 * one))  # the budget is shared through the directory
+    assert sorted(s["__cache__"] for s in later) == ["full"] * 7 + ["hit"] * 5
+    for before, after in zip(bounded, later):
+        assert np.array_equal(before["jpg"], after["jpg"])
+
+
+def augmented(tree, directory, workers=0, processes=True, **options):
+    pipeline = cached(tree, directory, **options).map(Augment(16), rng=True).batch(4, collate=collate_pair)
+    return pipeline.parallel(workers, processes=processes) if workers else pipeline
+
+
+def test_the_same_seed_gives_the_same_batches_from_the_cache_or_not(tree, tmp_path):
+    """Cold (decode + store, in 2 worker processes), warm (every image mapped from its file) and with
+    nothing stored (max_bytes=0: every image decoded, as without a cache, on 2 threads): the same bits."""
+    cold = list(augmented(tree, tmp_path, workers=2))
+    warm = list(augmented(tree, tmp_path, workers=2))
+    uncached = list(augmented(tree, tmp_path / "none", workers=2, processes=False, max_bytes=0))
+    assert len(cold) == len(warm) == len(uncached) == 4  # each portion of 6 ends with a batch of 2
+    for a, b, c in zip(cold, warm, uncached):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
+    assert not any(name.endswith(".ten") for _, _, names in os.walk(tmp_path / "none") for name in names)
+    hits = augmented(tree, tmp_path)
+    assert sum(len(batch[1]) for batch in hits) == 12 and hits.steps[0].args["fn"].counts["hit"] == 12
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np
+    from tensorcom.pipeline import _cache_store
+    store = _cache_store.EntryStore(sys.argv[1])
+    store.save("whole", np.full((40, 50, 3), 7, np.uint8))
+    def killed(fd):  # the data is written, the entry not yet renamed into place
+        os.kill(os.getpid(), signal.SIGKILL)
+    _cache_store.os.fsync = killed
+    store.save("torn", np.full((40, 50, 3), 9, np.uint8))
+""")
+
+
+def test_a_writer_killed_mid_write_leaves_no_entry_that_reads_as_valid(tmp_path, popen):
+    proc = popen.python("-c", KILLED_WRITER, str(tmp_path))
+    assert proc.wait(timeout=60) == -9
+    store = EntryStore(tmp_path)
+    leftovers = [name for _, _, names in os.walk(tmp_path) for name in names if name.endswith(".tmp")]
+    assert len(leftovers) == 1  # the torn write, under a name no reader opens
+    assert store.load("torn") is None and not store.has("torn")
+    assert np.array_equal(store.load("whole"), np.full((40, 50, 3), 7, np.uint8))
+    assert store.save("torn", np.full((40, 50, 3), 9, np.uint8)) == "stored"  # the next writer succeeds
+    assert int(store.load("torn").max()) == 9
+
+
+def test_cache_rejects_bad_arguments_and_samples(tree, tmp_path):
+    with pytest.raises(ValueError, match="max_side"):
+        cached(tree, tmp_path, max_side=0)
+    with pytest.raises(ValueError, match="max_bytes"):
+        cached(tree, tmp_path, max_bytes=-1)
+    with pytest.raises(KeyError, match="no image field"):
+        list(Pipeline([{"__key__": "a", "txt": b"x"}]).cache(str(tmp_path), key="k"))
+    with pytest.raises(TypeError, match="dict samples"):
+        list(Pipeline([b"x"]).cache(str(tmp_path), key="k"))
