@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from tensorcom import Pipeline  # noqa: E402
 from tensorcom.imagecodec import encode_image  # noqa: E402
-from tensorcom.pipeline.hf_sources import HFSource  # noqa: E402
+from tensorcom.pipeline import HFSource  # noqa: E402
 
 
 def local_dataset(folder: Path) -> datasets.Dataset:
