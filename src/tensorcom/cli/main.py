@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "stat": ("tensorcom.cli.tensorstat", "main", "same as tensorstat"),
     "show": ("tensorcom.cli.tensorshow", "main", "same as tensorshow"),
     "shard": ("tensorcom.cli.shard", "main", "convert an image folder, table or dataset into tar or Parquet shards"),
+    "prepare": ("tensorcom.cli.prepare", "main", "decode a folder's or shards' images into a cache ahead of training"),
     "keys": ("tensorcom.cli.keys", "main", "make a CURVE key pair for secured streams (docs/security.md)"),
 }
 
