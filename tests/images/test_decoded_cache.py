@@ -77,9 +77,9 @@ def test_first_epoch_stores_later_epochs_hit_the_same_pixels(tree, tmp_path):
 
 def test_max_side_uses_dct_scaling_and_is_its_own_key(tree, tmp_path):
     assert outcomes(cached(tree, tmp_path)) == ["stored"] * 12
-    halves = list(cached(tree, tmp_path, max_side=20))
-    assert {s["__cache__"] for s in halves} == {"stored"}  # another max_side: a miss, not the full images
-    assert {s["jpg"].shape for s in halves} == {(24, 32, 3)}  # 1/2 keeps the shorter side >= 20
+    smaller = list(cached(tree, tmp_path, max_side=20))
+    assert {s["__cache__"] for s in smaller} == {"stored"}  # another max_side: a miss, not the full images
+    assert {s["jpg"].shape for s in smaller} == {(20, 27, 3)}  # decoded at 1/2 (24x32), resized
     assert {s["jpg"].shape for s in cached(tree, tmp_path, max_side=100)} == {(48, 64, 3)}
     assert decode_bounded((tree / "c0" / "0.jpg").read_bytes(), 6).shape == (6, 8, 3)
 

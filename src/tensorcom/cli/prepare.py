@@ -28,7 +28,7 @@ def add_cache_arguments(parser: argparse.ArgumentParser, required: bool = False)
     parser.add_argument("--cache", required=required, metavar="DIR",
                         help="decoded-image cache directory (docs/pipeline.md, 'Caching decoded images')")
     parser.add_argument("--cache-max-side", type=positive_int, default=None, metavar="N",
-                        help="store images decoded at the smallest DCT scale keeping the shorter side >= N")
+                        help="store images with their shorter side at most N (a DCT-scaled decode, then a resize)")
     parser.add_argument("--cache-max-bytes", type=byte_size, default=None, metavar="B",
                         help="store at most B bytes (500G, 3e11); what does not fit is decoded every epoch")
 

@@ -177,10 +177,8 @@ class Pipeline:
 
     def cache(self, directory: str, *, max_side: int | None = None, max_bytes: int | None = None,
               key: str | None = None) -> Pipeline:
-        """Decode each dict sample's image once into a memory-mapped file under `directory` (the
-        shorter side kept >= `max_side` through DCT scaling; at most `max_bytes` of files) and read
-        it from there in later epochs and other processes: the image field becomes an HWC uint8
-        array. Keyed by the source's files (or `key`) and the decoding (tensorcom.pipeline.cache)."""
+        """Decode each dict sample's image once (shorter side <= `max_side`) into a file under `directory`
+        (at most `max_bytes`), mapped in later epochs: the field becomes HWC uint8 (pipeline.cache)."""
         from tensorcom.pipeline.cache import decoded_cache
 
         return self.map(decoded_cache(self.source, directory, max_side=max_side, max_bytes=max_bytes, key=key))

@@ -7,9 +7,9 @@
     source_listing(source)             what identifies a source's data (paths, sizes, modification times)
 
 What is cached is the deterministic part of an image pipeline: the read and the decode to uint8 RGB,
-at the smallest DCT scale (1, 1/2, 1/4, 1/8; JPEG only, done by libjpeg-turbo at no extra cost) whose
-shorter side is still at least `max_side`, so the random crops of later epochs never lose detail to
-the cache. What follows the cache stage (RandomResizedCrop, flip, normalize) runs every epoch on the
+with `max_side` the shorter side brought down to max_side: decoded at the smallest DCT scale (1, 1/2,
+1/4, 1/8; JPEG only, done by libjpeg-turbo for less than a full decode) that still covers it, then
+resized (decode_bounded). What follows the cache stage (RandomResizedCrop, flip, normalize) runs every epoch on the
 mapped array; a map with rng=True draws the same numbers whether its input was a hit or a miss,
 because its generator is keyed by the sample's position, so an epoch's batches are the same bits
 whether the cache was empty, full, or bounded (`max_bytes`) so that some images are decoded again.
@@ -36,6 +36,7 @@ import numpy as np
 
 from tensorcom import imagecodec
 from tensorcom.checks import non_negative, positive
+from tensorcom.extras import require
 from tensorcom.pipeline._cache_store import EntryStore
 from tensorcom.pipeline.sources import field_name, read_bytes
 from tensorcom.shards.fields import IMAGE_EXTS
@@ -97,13 +98,22 @@ def image_field(sample: dict) -> tuple[str, Any]:
 
 
 def decode_bounded(data: bytes, max_side: int | None) -> np.ndarray:
-    """HWC uint8 RGB of `data`, at the smallest DCT scale keeping the shorter side >= max_side."""
+    """HWC uint8 RGB of `data` with its shorter side at most `max_side` (None: full size): decoded at
+    the smallest DCT scale that keeps the shorter side >= max_side, then, if still larger, resized to
+    exactly max_side by Pillow's antialiased bilinear (always Pillow, so the stored pixels are the
+    same whichever process decodes them)."""
     needed = 1.0
     if max_side is not None:
         width, height = imagecodec.image_size(data)
         needed = min(1.0, max_side / min(width, height))
     array, _ = imagecodec.open_scaled(bytes(data), needed)
-    return np.ascontiguousarray(array)
+    height, width = array.shape[:2]
+    if max_side is None or min(width, height) <= max_side:
+        return np.ascontiguousarray(array)
+    scale = max_side / min(width, height)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    Image = require("PIL.Image")
+    return np.asarray(Image.fromarray(array).resize(size, Image.Resampling.BILINEAR))
 
 
 class DecodedCache:
