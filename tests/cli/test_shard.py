@@ -87,3 +87,14 @@ def test_resume_against_a_changed_folder_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([*args, "--resume"])
     assert exit_.value.code == 2 and "the input changed" in capsys.readouterr().err
+
+
+def test_the_data_shard_example(tmp_path):
+    """examples/data_shard.py (docs/data.md, "Converting: tensorcom shard") runs as a user runs it."""
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data_shard.py")
+    done = subprocess.run([sys.executable, example, "--dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "36 images in 4 shards" in done.stdout and "resumed: 3 shards kept, 1 written again" in done.stdout
+    assert "read back: 36 samples, 36 distinct keys, original bytes and classes: True" in done.stdout
+    assert "a training batch: images (8, 8, 8, 3) uint8" in done.stdout
