@@ -163,3 +163,33 @@ def test_cache_rejects_bad_arguments_and_samples(tree, tmp_path):
         list(Pipeline([{"__key__": "a", "txt": b"x"}]).cache(str(tmp_path), key="k"))
     with pytest.raises(TypeError, match="dict samples"):
         list(Pipeline([b"x"]).cache(str(tmp_path), key="k"))
+
+
+def test_shards_are_keyed_by_url_and_key(tmp_path):
+    """Two shards holding the same keys with other pixels: six entries, each its own image."""
+    import simplejpeg
+
+    from tensorcom.pipeline.sources import ShardSource
+    from tensorcom.shards import TarWriter
+
+    for shard in range(2):
+        with TarWriter(str(tmp_path / f"s{shard}.tar")) as writer:
+            for i in range(3):
+                pixels = np.full((16, 24, 3), 40 * shard + 10 * i, np.uint8)
+                writer.write({"__key__": f"k{i}", "jpg": simplejpeg.encode_jpeg(pixels), "cls": str(i)})
+    urls = str(tmp_path / "s{0..1}.tar")
+    first = list(Pipeline(ShardSource(urls)).cache(str(tmp_path / "cache")))
+    again = list(Pipeline(ShardSource(urls)).cache(str(tmp_path / "cache")))
+    assert [s["__cache__"] for s in first] == ["stored"] * 6 and [s["__cache__"] for s in again] == ["hit"] * 6
+    assert len({int(s["jpg"].mean()) for s in again}) == 6
+    for a, b in zip(first, again):
+        assert np.array_equal(a["jpg"], b["jpg"]) and a["__key__"] == b["__key__"]
+
+
+def test_a_replaced_entry_leaves_a_reader_s_map_intact(tmp_path):
+    """Writers of the same entry replace it by rename: a map taken before keeps its own bytes."""
+    store = EntryStore(tmp_path)
+    store.save("k", np.full((8, 8, 3), 1, np.uint8))
+    before = store.load("k")
+    assert EntryStore(tmp_path).save("k", np.full((8, 8, 3), 2, np.uint8)) == "stored"
+    assert int(before.max()) == 1 and int(store.load("k").max()) == 2
