@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from tensorcom.pipeline._node import Node, State, with_states
 from tensorcom.pipeline._pooled import MapPlan, Parallel, Prefetched, Tagged, WorkerMapped
-from tensorcom.pipeline._portions import shard_parallel
+from tensorcom.pipeline._portions import PortionPool, shard_parallel
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced, sliced_length
 from tensorcom.pipeline.stages import Batched, FieldSelector, FieldTuple, Filtered, Mapped, Repeated, Unbatched
@@ -49,12 +49,22 @@ def _repeated(p: Any, index: int, epoch: int) -> Node:
 
 
 def _parallel(p: Any, index: int, epoch: int) -> Node:
-    """steps[:index] for `epoch` in the parallel stage's workers, their items round-robin."""
+    """steps[:index] for `epoch` in the parallel stage's workers, their items round-robin. Processes
+    come from a PortionPool kept in p._pools for this step and portion, so they live across epochs
+    (threads, or a pool already busy with another iterator: started for this epoch)."""
     args = p.steps[index].args
     upstream = p._copy(steps=p.steps[:index], _pools={})
+    pool = None
+    if args["processes"]:
+        key = (p.steps[index], p.worker, p.num_workers)
+        if key not in p._pools:
+            p._pools[key] = PortionPool(args["workers"], args["buffer"], args["init"])
+        pool = p._pools[key]
 
     def launch(order: list[int], states: list) -> Iterator[tuple[int, Any, State]]:
         make = PortionMaker(upstream, epoch, args["workers"], order, states)
+        if pool is not None and not pool.busy:
+            return pool.run(make, len(order))
         return shard_parallel(make, workers=len(order), processes=args["processes"], buffer=args["buffer"],
                               init=args["init"])
 
@@ -67,6 +77,15 @@ class PortionMaker:
 
     def __init__(self, pipeline: Any, epoch: int, portions: int, order: list[int], states: list):
         self.pipeline, self.epoch, self.portions, self.order, self.states = pipeline, epoch, portions, order, states
+
+    def key(self) -> tuple:
+        """What makes two makers the same run (of the same pipeline step: the pool's owner sees to that)."""
+        return self.epoch, self.portions, list(self.order), list(self.states)
+
+    def following(self) -> PortionMaker:
+        """The maker of the next epoch, every portion from its start."""
+        return PortionMaker(self.pipeline, self.epoch + 1, self.portions, list(range(self.portions)),
+                            [None] * self.portions)
 
     def __call__(self, slot: int, count: int) -> Iterator[tuple[int, Any, State]]:
         portion = self.order[slot]

@@ -117,7 +117,7 @@ class Pipeline:
         self.epoch = 0
         self.worker = 0
         self.num_workers = 1
-        self._pools: dict[Step, WorkerPool] = {}  # persistent maps' workers; shared by copies
+        self._pools: dict[Any, WorkerPool] = {}  # persistent maps' and parallel stages' workers; shared by copies
         self._live: tuple[Node, int, int] | None = None  # the latest iterator, its worker and portion count
         self._resume: dict | None = None  # the state the next iterator starts from
 
@@ -126,7 +126,7 @@ class Pipeline:
         return {**self.__dict__, "_pools": {}, "_live": None}
 
     def close(self) -> None:
-        """Stop the workers of persistent maps (they restart if the pipeline is iterated again)."""
+        """Stop the workers of persistent maps and parallel stages (restarted by a later iteration)."""
         for pool in self._pools.values():
             pool.close()
 
@@ -241,7 +241,9 @@ class Pipeline:
         `.batch()` so that only batches cross to this process (each portion batches on its own, so
         every portion may end with a short batch). Each worker computes at most `buffer` items ahead;
         `init()` (picklable, e.g. tensorcom.images.init_worker) runs first in each process. The
-        stages before it must be picklable, and process maps cannot run inside (use threads there)."""
+        processes live across epochs until close(), each starting its portion of the next epoch as
+        soon as its portion of this one ends (tensorcom.pipeline._portions.PortionPool).
+        The stages before it must be picklable, and process maps cannot run inside (use threads there)."""
         _positive("workers", workers)
         _positive("buffer", buffer)
         if init is not None:
