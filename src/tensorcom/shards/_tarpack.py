@@ -33,20 +33,26 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-_PROTOTYPE = bytearray(_tarinfo("", 0).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
-_PROTOTYPE[148:156] = b" " * 8  # the checksum is summed with its own field as spaces
+def _parts() -> tuple[bytes, bytes, bytes, int]:
+    """The fixed pieces of a header around its name (0:100), size (124:136) and checksum (148:156),
+    and the checksum of the fixed pieces (the checksum field counted as spaces)."""
+    block = _tarinfo("", 0).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    middle, tail = block[100:124], block[156:]
+    return middle, block[136:148], tail, sum(middle) + sum(block[136:148]) + sum(tail) + 8 * ord(" ")
+
+
+_MIDDLE, _AFTER_SIZE, _TAIL, _FIXED_SUM = _parts()
+_NULS = bytes(100)
 
 
 def member_header(name: str, size: int) -> bytes:
     """The header block(s) of a regular member `name` of `size` bytes, as TarWriter writes them."""
-    encoded = name.encode("ascii", "replace")
-    if len(encoded) > 100 or not name.isascii() or not 0 <= size < _MAX_SIZE:
+    if len(name) > 100 or not name.isascii() or not 0 <= size < _MAX_SIZE:
         return _tarinfo(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-    header = bytearray(_PROTOTYPE)
-    header[0:len(encoded)] = encoded
-    header[124:136] = b"%011o\0" % size
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
+    encoded = name.encode("ascii")
+    size_field = b"%011o\0" % size
+    checksum = _FIXED_SUM + sum(encoded) + sum(size_field)
+    return b"".join((encoded, _NULS[len(encoded):], _MIDDLE, size_field, _AFTER_SIZE, b"%06o\0 " % checksum, _TAIL))
 
 
 class TarPack:
