@@ -193,3 +193,9 @@ def test_a_replaced_entry_leaves_a_reader_s_map_intact(tmp_path):
     before = store.load("k")
     assert EntryStore(tmp_path).save("k", np.full((8, 8, 3), 2, np.uint8)) == "stored"
     assert int(before.max()) == 1 and int(store.load("k").max()) == 2
+
+
+def test_decoded_images_are_writable_whether_stored_or_not(tree):
+    """torch.from_numpy wants writable arrays: a miss's resized image is one, as a hit's map is."""
+    data = (tree / "c0" / "0.jpg").read_bytes()
+    assert decode_bounded(data, 20).flags.writeable and decode_bounded(data, None).flags.writeable

@@ -113,7 +113,7 @@ def decode_bounded(data: bytes, max_side: int | None) -> np.ndarray:
     scale = max_side / min(width, height)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
     Image = require("PIL.Image")
-    return np.asarray(Image.fromarray(array).resize(size, Image.Resampling.BILINEAR))
+    return np.array(Image.fromarray(array).resize(size, Image.Resampling.BILINEAR))  # writable, as a hit's
 
 
 class DecodedCache:
