@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import textwrap
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from tensorcom.images.folder import ImageFolderSource
 from tensorcom.images.imagenet import Augment, collate_pair
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline._cache_store import EntryStore, entry_bytes, entry_name
+from tensorcom.pipeline._cache_store import EntryStore, entry_bytes, entry_name, remove_stale_temporaries
 from tensorcom.pipeline.cache import cache_directory, decode_bounded
 
 CLASSES, PER_CLASS = 2, 6
@@ -152,6 +153,11 @@ def test_a_writer_killed_mid_write_leaves_no_entry_that_reads_as_valid(tmp_path,
     assert np.array_equal(store.load("whole"), np.full((40, 50, 3), 7, np.uint8))
     assert store.save("torn", np.full((40, 50, 3), 9, np.uint8)) == "stored"  # the next writer succeeds
     assert int(store.load("torn").max()) == 9
+    mine = tmp_path / f"{entry_name('live')}.{socket.gethostname()}.{os.getpid()}.0.tmp"  # a live writer's
+    mine.parent.mkdir(exist_ok=True)
+    mine.write_bytes(b"")
+    assert remove_stale_temporaries(tmp_path) == 1 and mine.exists()
+    assert not [name for _, _, names in os.walk(tmp_path) for name in names if name.endswith(".tmp") and name != mine.name]
 
 
 def test_cache_rejects_bad_arguments_and_samples(tree, tmp_path):

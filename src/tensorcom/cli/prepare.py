@@ -7,7 +7,7 @@ serve-imagenet-shards (-u: brace-expanded shard URLs) reads; with the same --cac
 servers then map every image from CACHE instead of decoding it (tensorcom.pipeline.cache). W worker
 processes (default: one per CPU) decode disjoint parts; a progress line counts the images. Resumable:
 an image whose entry is already there is skipped (counted "already there"), so an interrupted run
-continues where it stopped. The last line says how many were stored, already there, and did not fit
+continues where it stopped; the temporary files of this host's killed writers are removed first. The last line says how many were stored, already there, and did not fit
 under --cache-max-bytes.
 """
 
@@ -72,10 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     add_quiet_argument(parser, "progress")
     args = parser.parse_args(argv)
     counts: Counter = Counter()
+    pipeline = fill(args.source, args)
+    stale = pipeline.steps[0].args["fn"].remove_stale()
     with Progress("tensorcom prepare", unit="images", enabled=not args.quiet) as shown:
-        for done in fill(args.source, args):
+        for done in pipeline:
             counts[done] += 1
             shown.update(1, stored=counts["stored"])
     print(f"{sum(counts.values())} images: {counts['stored']} stored, {counts['hit']} already there, "
-          f"{counts['full']} did not fit")
+          f"{counts['full']} did not fit" + (f"; {stale} files of killed writers removed" if stale else ""))
     return 0

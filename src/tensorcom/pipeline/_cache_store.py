@@ -4,6 +4,7 @@
     store.load(key)           the stored uint8 array, a zero-copy view of the file (None: no valid entry)
     store.save(key, array)    "stored", or "full" when it would pass max_bytes (nothing written)
     store.has(key)            whether an entry file exists (what `tensorcom prepare` skips)
+    remove_stale_temporaries(directory)   delete what killed writers of this host left (tensorcom prepare)
     entry_name(key)           "ab/<sha1 of key>.ten": the entry's path inside the directory (pure)
 
 Why one file per entry and not append-only segments with an index: an entry becomes visible only by
@@ -30,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import socket
 import struct
 from typing import Any
 
@@ -130,7 +132,7 @@ class EntryStore:
                 return "full"
         final = self.path(key)
         os.makedirs(os.path.dirname(final), exist_ok=True)
-        temporary = f"{final}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        temporary = f"{final}.{socket.gethostname()}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
             with open(temporary, "xb") as stream:
                 tenbin.write(stream, [np.ascontiguousarray(array)])
@@ -151,6 +153,29 @@ class EntryStore:
     def close(self) -> None:
         if self._budget is not None:
             self._budget.close()
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> int:
+    """Delete the temporary files that writers of this host left when they were killed (their
+    process is gone); returns how many. Writers on other hosts sharing the directory are left alone."""
+    host, removed = socket.gethostname(), 0
+    for folder, _, names in os.walk(directory):
+        for name in names:  # <sha1>.ten.<host>.<pid>.<random>.tmp (the host may hold dots)
+            parts = name[name.find(".ten.") + 5:-4].rsplit(".", 2) if name.endswith(".tmp") else []
+            if len(parts) == 3 and parts[0] == host and not _alive(parts[1]):
+                _remove(os.path.join(folder, name))
+                removed += 1
+    return removed
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _remove(path: str) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 from tensorcom import imagecodec
 from tensorcom.checks import non_negative, positive
 from tensorcom.extras import require
-from tensorcom.pipeline._cache_store import EntryStore
+from tensorcom.pipeline._cache_store import EntryStore, remove_stale_temporaries
 from tensorcom.pipeline.sources import field_name, read_bytes
 from tensorcom.shards.fields import IMAGE_EXTS
 
@@ -141,6 +141,10 @@ class DecodedCache:
             outcome = self.store.save(key, array)
         self.counts[outcome] += 1
         return {**sample, field: array, "__cache__": outcome}
+
+    def remove_stale(self) -> int:
+        """Delete the temporary files of this host's killed writers; how many (tensorcom prepare)."""
+        return remove_stale_temporaries(self.directory)
 
     def has(self, sample: dict) -> bool:
         """Whether the sample's entry is there (without reading or decoding anything)."""
