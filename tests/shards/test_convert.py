@@ -222,6 +222,13 @@ def test_parquet_table_to_tar_and_to_parquet_shards(tmp_path):
     rows = [r for p in shard_paths(tmp_path / "pq", "parquet") for r in pq.read_table(p).to_pylist()]
     assert [r["__key__"] for r in rows] == [s["__key__"] for s in samples]
     assert rows[7]["image.jpg"] == b"\xff\xd8\xff\x07" and rows[4]["caption"] is None
+    arrow = tmp_path / "t.arrow"
+    with pa.ipc.new_file(str(arrow), table.schema) as sink:
+        for batch in table.to_batches(max_chunksize=4):
+            sink.write_batch(batch)
+    convert(TableInput(str(arrow)), str(tmp_path / "ipc" / "a-%02d.tar"), maxcount=3)
+    from_arrow = list(shards.samples(shard_paths(tmp_path / "ipc")))
+    assert [{**s, "__url__": ""} for s in from_arrow] == [{**s, "__url__": ""} for s in samples]
 
 
 def test_saved_hugging_face_dataset_keeps_image_bytes(tmp_path):

@@ -6,7 +6,7 @@
     tensorcom shard mymodule:samples -o 'shards/gen-%04d.tar' --resume
 
 INPUT is a directory of class folders (image files stored as their bytes, class index as `cls`), a
-Parquet file or a directory of them, a Hugging Face dataset saved with save_to_disk, or
+Parquet or Arrow IPC file or a directory of them, a Hugging Face dataset saved with save_to_disk, or
 MODULE:FUNC / FILE.py:FUNC, a function yielding sample dicts. Shard n always holds the same samples,
 whatever -j says; shards appear under their names only once complete; PATTERN's manifest
 (out/train.manifest.json for out/train-%06d.tar) lets --resume keep the shards already finished.
@@ -24,6 +24,7 @@ from tensorcom.cli.common import entry_point
 from tensorcom.errors import OpenError
 from tensorcom.shards.convert import FORMATS, ConvertInput, FilesInput, IterableInput, convert, manifest_path
 
+TABLE_EXTENSIONS = (".parquet", ".arrow", ".feather", ".ipc")
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
@@ -69,7 +70,7 @@ def open_input(spec: str, split: str | None = None) -> ConvertInput:
             from tensorcom.shards.convert_tables import HuggingFaceInput
 
             return HuggingFaceInput(spec, split)
-        if any(name.endswith(".parquet") for name in names):
+        if any(name.endswith(TABLE_EXTENSIONS) for name in names):
             from tensorcom.shards.convert_tables import TableInput
 
             return TableInput(spec)
@@ -77,7 +78,7 @@ def open_input(spec: str, split: str | None = None) -> ConvertInput:
 
         folder = ImageFolder(spec)
         return FilesInput(folder.samples, folder.root)
-    if spec.endswith(".parquet") or os.path.isfile(spec):
+    if spec.endswith(TABLE_EXTENSIONS) or os.path.isfile(spec):
         from tensorcom.shards.convert_tables import TableInput
 
         return TableInput(spec)

@@ -1,10 +1,12 @@
-"""Tables as convert() inputs and Parquet as its output (pyarrow and datasets imported when used).
+"""Tables and Hugging Face datasets as inputs of tensorcom.shards.convert (datasets imported when used).
 
-    TableInput(path)               a Parquet file, or a directory of them (sorted names): one sample per row
+    TableInput(path)               a Parquet or Arrow IPC file, or a directory of them (sorted names): a
+                                   sample per row, read with tensorcom.shards.tables
     HuggingFaceInput(path, split)  a Hugging Face dataset saved with save_to_disk (a DatasetDict: `split`)
 
 A row becomes a sample: "__key__" from a `__key__` column, else the row's index ("%09d"); bytes and
-str values as they are; numbers and booleans as their text; lists and dicts as JSON; None left out.
+str values as they are; numbers and booleans as their text; arrays (fixed-size lists, tensors) as
+COLUMN.npy; other lists and dicts as JSON; None left out.
 An image struct ({"bytes": ..., "path": ...}, as Hugging Face stores Image features) becomes the
 field COLUMN.EXT holding the original bytes (EXT from the path, else from the bytes' signature).
 """
@@ -16,8 +18,12 @@ import json
 import os
 from typing import Any, Iterator
 
+import numpy as np
+
 from tensorcom.errors import OpenError
 from tensorcom.shards.convert import ConvertInput
+from tensorcom.shards.fields import encode_field
+from tensorcom.shards.tables import TableReader, table_units
 
 _SIGNATURES = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"RIFF", "webp"), (b"BM", "bmp"))
 _ROWS_PER_READ = 1024
@@ -44,65 +50,66 @@ def row_sample(row: dict[str, Any], index: int) -> dict[str, Any]:
             sample[column] = value
         elif isinstance(value, (bool, int, float)):
             sample[column] = str(value)
+        elif isinstance(value, np.ndarray):
+            sample[f"{column}.npy"] = encode_field("npy", value)
         else:
             sample[column] = json.dumps(value, default=str)
     return sample
 
 
-def parquet_files(path: str) -> list[str]:
-    """`path` itself, or the sorted .parquet files of directory `path`; OpenError when there are none."""
+_KINDS = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
+
+
+def table_files(path: str) -> tuple[list[str], str]:
+    """([`path`] or the sorted table files of directory `path`, their kind "parquet" or "arrow"), by
+    extension (.parquet; .arrow, .feather, .ipc); OpenError when there is none, ValueError for a mixture."""
     if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if os.path.splitext(f)[1] in _KINDS)
         if not files:
-            raise OpenError("no .parquet files in this directory", url=path)
-        return files
-    if not os.path.isfile(path):
+            raise OpenError(f"no {'/'.join(_KINDS)} files in this directory", url=path)
+    elif os.path.isfile(path):
+        files = [path]
+    else:
         raise OpenError("no such file or directory", url=path)
-    return [path]
-
-
-def _row_groups(path: str) -> list[int]:
-    """Rows in each row group of Parquet file `path` (the one function that reads Parquet metadata)."""
-    import pyarrow.parquet as pq
-
-    metadata = pq.ParquetFile(path).metadata
-    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-
-
-def _read_row_group(path: str, group: int) -> list[dict[str, Any]]:
-    """The rows of row group `group` of `path`, as dicts of Python values."""
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path).read_row_group(group).to_pylist()
+    kinds = {_KINDS.get(os.path.splitext(f)[1], "parquet") for f in files}
+    if len(kinds) > 1:
+        raise ValueError(f"{path} mixes Parquet and Arrow files: convert them separately")
+    return files, kinds.pop()
 
 
 class TableInput(ConvertInput):
-    """The rows of Parquet file(s) at `path`; a slice reads only the row groups that hold it."""
+    """The rows of Parquet or Arrow IPC file(s) at `path`, read by tensorcom.shards.tables unit by unit (row
+    group or record batch): a slice reads only the units that hold it."""
 
     def __init__(self, path: str):
-        self.files = parquet_files(os.fspath(path))
-        self.description = f"Parquet {path}"
-        self.groups = [(file, g, rows) for file in self.files for g, rows in enumerate(_row_groups(file))]
+        self.files, self.kind = table_files(os.fspath(path))
+        self.description = f"{self.kind} table {path}"
+        self.units = table_units(self.files, self.kind)
 
     def __len__(self) -> int:
-        return sum(rows for _, _, rows in self.groups)
+        return sum(unit.rows for unit in self.units)
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256()
         for file in self.files:
             st = os.stat(file)
             digest.update(f"{os.path.basename(file)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
-        digest.update(repr([rows for _, _, rows in self.groups]).encode())
+        digest.update(repr([unit.rows for unit in self.units]).encode())
         return digest.hexdigest()
 
     def read(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        first = 0
-        for file, group, rows in self.groups:
-            if first + rows > start and first < stop:
-                for offset, row in enumerate(_read_row_group(file, group)):
-                    if start <= first + offset < stop:
-                        yield row_sample(row, first + offset)
-            first += rows
+        first, wanted = 0, []
+        for unit in self.units:
+            if first + unit.rows > start and first < stop:
+                wanted.append((first, unit))
+            first += unit.rows
+        if not wanted:
+            return
+        index = wanted[0][0]
+        for row in TableReader([unit for _, unit in wanted], kind=self.kind):
+            if start <= index < stop:
+                yield row_sample(row, index)
+            index += 1
 
 
 class HuggingFaceInput(ConvertInput):
