@@ -2,7 +2,7 @@
 runs the sharing server (`tensorcom.transport.sharing.Hub`) and its N workers push their portions to it, so
 one pipeline feeds every consumer that joins (`zjoin://`).
 
-    hub = open_hub(urls, min_consumers=2, sharing={"replay": 32})   # None for other schemes
+    hub = open_hub(urls, min_consumers=2, sharing={"replay": 32}, make_pipeline=f)   # None for other schemes
     ... workers send to hub.worker_url ...
     finish_hub(hub, ends=epochs)         # waits until the consumers have everything; raises
                                          # TransportError naming what was not delivered
@@ -27,16 +27,24 @@ def is_sharing(urls: Any) -> bool:
     return bool(sharing)
 
 
-def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None, curve: Any = None) -> Any:
+def open_hub(urls: Any, *, min_consumers: int = 1, sharing: dict | None = None, curve: Any = None,
+             make_pipeline: Any = None) -> Any:
     """The running Hub for sharing `urls`, or None for other schemes. `sharing`: further ShareServer
-    options (replay, policy, liveness); `curve`: its CURVE keys (tensorcom.transport.security.Curve)."""
+    options (replay, policy, liveness); `curve`: its CURVE keys (tensorcom.transport.security.Curve);
+    `make_pipeline`: a picklable callable returning the served Pipeline, whose catch-up worker makes
+    lacking batches again for restarted consumers (tensorcom.pipeline.catch_up)."""
     if not is_sharing(urls):
         if min_consumers != 1 or sharing:
             raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         return None
     from tensorcom.transport.sharing.hub import Hub
 
-    return Hub(urls, curve=curve, min_consumers=min_consumers, **(sharing or {}))
+    hub = Hub(urls, curve=curve, min_consumers=min_consumers, **(sharing or {}))
+    if make_pipeline is not None:
+        from tensorcom.pipeline.catch_up import attach_catch_up
+
+        attach_catch_up(hub, make_pipeline)
+    return hub
 
 
 def finish_hub(hub: Any, ends: int | None) -> dict:

@@ -123,6 +123,7 @@ class JoinerEnd:
 
     def __init__(self, joiner: Joiner, intake: Intake, endpoints: list):
         self.joiner, self.intake, self.endpoints = joiner, intake, list(endpoints)
+        self.started = False  # a batch or a pass end was handed over
 
     @classmethod
     def open(cls, context: zmq.Context, endpoints: list, *, intake: Intake, encoding: Encoding,
@@ -139,7 +140,12 @@ class JoinerEnd:
         return [e.zmq_address for e in self.endpoints]
 
     def next_batch(self) -> Any:
-        """The next batch, accepted and converted, or EPOCH_END when the pass ended."""
+        """The next batch, accepted and converted, or EPOCH_END when the pass ended. A consumer whose
+        record was loaded before (a restarted job: Connection.load_state_dict) first starts over
+        with its servers, carrying the record, so that it gets what the record lacks."""
+        if not self.started and self.intake.consumed.streams:
+            self.joiner.restart(self.intake.consumed.state_dict())
+        self.started = True
         message = self.joiner.next()
         if message is PASS_END:
             self.intake.pass_ended()

@@ -172,12 +172,49 @@ class StreamInput:
             self._epoch = message.epoch or 0
         if message.kind == "batch":
             samples = batch_size(message.batch)
-            self._add(Item(self._items, self._epoch, self._pos, message.frames, samples, message.nbytes))
+            self._add(Item(self._items, self._epoch, self._pos, message.frames, samples, message.nbytes,
+                           self._portion_of(message)))
             self._pos += 1
             self._input_epochs.delivered(message)
             self._count(message, samples)
         elif self._input_epochs.marker(message):
             self._end_epoch()
+
+    def _portion_of(self, message: Any) -> tuple | None:
+        """(stream, v, V, index) of a batch of a served stream: its index within (epoch, portion) is
+        the one it carries, else the next after those taken (None: a batch without a portion)."""
+        portion = message.portion
+        if portion is None or message.epoch is None:
+            return None
+        index = getattr(message, "index", None)
+        if index is None:
+            index = self.received.get((portion.stream, message.epoch, portion.worker), 0)
+        return (portion.stream, portion.worker, portion.workers, index)
+
+    def _on_regenerated(self) -> None:
+        """Take the batches the catch-up worker made again (on their own socket, so that they never
+        wait behind the stream's input while the book takes nothing): each a control `regenerated`
+        and its wire frames, to the book, for the consumers catching up (share mode)."""
+        while True:
+            try:
+                frames = self.regenerated_input.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                meta = control.decode(frames[0].buffer)
+                if meta["k"] != "regenerated":
+                    raise DecodeError(f"unexpected control {meta['k']!r} on the catch-up input", 0, "frame")
+                self._regenerated(meta, frames[1:])
+            except DecodeError as exc:
+                raise control.located(exc, f"{self.catch_up_address}: catch-up message") from exc
+
+    def _regenerated(self, meta: dict, frames: list) -> None:
+        message = wire.decode_message([f.buffer for f in frames], max_plain_values=self.max_plain_values)
+        portion = (meta["stream"], meta["worker"], meta["workers"], meta["index"])
+        item = Item(-1, meta["epoch"], meta["index"], frames, batch_size(message.batch), message.nbytes, portion)
+        regenerated = getattr(self.book, "regenerated", None)
+        if regenerated is not None:
+            regenerated(item)
 
     def _count(self, message: Any, samples: int) -> None:
         """Count a batch taken from the input, per portion when it has one (for handover)."""

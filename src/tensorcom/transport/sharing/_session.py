@@ -12,6 +12,7 @@ the time, and does what it answers.
     session.rejoin()                      join again on a live connection (after a pause): wait for it
     session.welcome(server, resumed, n)   the server's welcome -> CONTINUED or NEW (a new session)
     session.accept(n) -> bool             take delivery n? (False: a duplicate, a gap, an old session's)
+    session.restart()                     the consumer starts over with a new session (its record)
     session.unreachable(now, liveness)    no sign of life for the whole liveness window, and down
     session.excuse(now)                   PeerLost was raised: the next verdict waits another window
 
@@ -116,6 +117,11 @@ class ServerSession:
             return False
         self.last = n
         return True
+
+    def restart(self) -> None:
+        """The consumer starts over (restarted from its record): its next join asks for a new
+        session, and nothing is taken until the server answers it."""
+        self.server, self.last, self.resuming = None, 0, False
 
     def finished(self) -> None:
         """The server said bye: the session is over."""

@@ -18,7 +18,8 @@ entered the stream (the live position of each portion).
 The rule. A consumer restarted from its record (version 2: per (epoch, v) the intervals of batch
 indices it took; version 1: the first `batches`) whose first incomplete epoch is E, joining while
 the stream's epoch is L >= E, lacks: every batch of (e, v) for E <= e <= L with an index below the
-portion's live position that it did not take, and the ends of epochs E..L-1. Those still in the
+portion's live position that it did not take, and the ends of epochs E..L-1 (an epoch before L of
+which it took every batch counts as complete: a zjoin consumer's state records no ends). Those still in the
 replay buffer come from there (`buffered`), the others are regenerated (`Regenerate`: the serving
 layer's catch-up worker makes them again and they arrive through `regenerated`). Everything added
 to the stream after the join (from item `head` on) is its live part. It is delivered, per portion,
@@ -32,8 +33,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
+from tensorcom.transport.resume import ResumePlan
 from tensorcom.transport.sharing._records import Item
 
 MAX_EPOCHS = 64  # epochs of portion counts kept (how far back a restarted consumer may resume)
@@ -120,21 +122,19 @@ class CatchUp:
         """`peer` joined with `record` (a consumer state) while the buffer holds `buffered` (items,
         oldest first), the next item is `head` and the stream is in `live_epoch`: the regenerations to
         ask for, or None when the record has nothing to catch up on here."""
-        entry = next((entry for name, entry in _streams(record) if name in self.workers), None)
-        if entry is None:
+        names = [name for name in (record.get("streams") or {}) if name in self.workers]
+        resume = ResumePlan.from_state(record, names[0]) if names else None
+        if resume is None or resume.portions != self.workers[resume.stream] or resume.epoch > live_epoch:
             return None
-        stream, workers, first, taken = entry
-        if workers != self.workers[stream] or first > live_epoch:
-            return None
-        catching = _Catching(stream, workers, deque(), head)
-        for epoch in range(first, live_epoch + 1):
+        catching = _Catching(resume.stream, resume.portions, deque(), head)
+        for epoch in range(resume.epoch, live_epoch + 1):
             plan = catching.epoch(epoch)
-            for v in range(workers):
-                bound = self.index(stream, epoch, v)
-                plan.wants[v] = deque(_missing(taken.get((epoch, v), []), bound))
+            for v in range(resume.portions):
+                plan.wants[v] = deque(resume.taken(epoch, v).missing(self.index(resume.stream, epoch, v)))
             if epoch < live_epoch:
-                batches = sum(self.index(stream, epoch, v) for v in range(workers))
-                plan.end = Item(-1, epoch, batches)
+                plan.end = Item(-1, epoch, sum(self.index(resume.stream, epoch, v) for v in range(resume.portions)))
+        while len(catching.epochs) > 1 and not catching.epochs[0].lacks():
+            catching.epochs.popleft()  # it had all of that epoch (its end too: it went on to the next)
         self.catching[peer] = catching
         for item in buffered:
             self._gather(catching, item)
@@ -187,6 +187,20 @@ class CatchUp:
         for catching in self.catching.values():
             self._gather(catching, item)
 
+    def give_up(self, asks: list[Regenerate]) -> int:
+        """Those batches cannot be made again: nobody waits for them; returns how many were lacked."""
+        lost = 0
+        for ask in asks:
+            self.regenerating = max(self.regenerating - len(ask.indices), 0)
+            for catching in self.catching.values():
+                for plan in catching.epochs:
+                    if plan.epoch == ask.epoch and catching.stream == ask.stream and ask.portion in plan.wants:
+                        kept = deque(i for i in plan.wants[ask.portion]
+                                     if i not in ask.indices or (ask.portion, i) in plan.have)
+                        lost += len(plan.wants[ask.portion]) - len(kept)
+                        plan.wants[ask.portion] = kept
+        return lost
+
     def sends(self, peer: Any, free: int) -> list:
         """What to deliver to `peer` now, in order: batches (at most `free`) and ends; GoLive last
         when it has everything it lacked."""
@@ -218,24 +232,3 @@ class CatchUp:
 
     def forget(self, peer: Any) -> None:
         self.catching.pop(peer, None)
-
-
-def _streams(record: dict) -> Iterator[tuple[str, tuple]]:
-    """(stream id, (stream id, V, first incomplete epoch, {(epoch, v): taken intervals})) per stream of a
-    consumer state (version 1: the first `batches` of each portion were taken)."""
-    streams = record.get("streams") if isinstance(record, dict) else None
-    for name, entry in (streams or {}).items():
-        taken = {}
-        for share in entry.get("shares", []):
-            intervals = share.get("taken", [[0, share.get("batches", 0)]])
-            taken[(share["epoch"], share["worker"])] = [tuple(pair) for pair in intervals]
-        yield name, (name, entry["workers"], entry["epoch"], taken)
-
-
-def _missing(taken: list, bound: int) -> Iterator[int]:
-    """The indices below `bound` outside the sorted, disjoint half-open intervals `taken`."""
-    start = 0
-    for low, high in taken:
-        yield from range(start, min(low, bound))
-        start = max(start, high)
-    yield from range(start, bound)

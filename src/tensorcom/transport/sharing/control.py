@@ -4,17 +4,19 @@ Every message between a sharing server and a consumer starts with one control fr
 `CONTROL_MAGIC` then a msgpack map whose "k" names the kind. A batch's control frame is followed by the
 frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the whole protocol).
 
-    consumer -> server   join {name, credit, observe, shm?, session?, server?, upto?}, ack {upto},
-                         leave {}, shm {ok}
+    consumer -> server   join {name, credit, observe, shm?, session?, server?, upto?, record?},
+                         ack {upto}, leave {}, shm {ok}
     server -> consumer   welcome {server, mode, epoch, pos, resumed?, n?, shm?},
                          batch {n, epoch, pos} + wire frames
                          (or batch {n, epoch, pos, shm: reference}, no frames: handoff),
                          end {epoch, batches, n?}, detached {why}, status {consumers}, bye {}
 
 (`session`, `server`, `upto`, `resumed` and `n` carry a session over a reconnect; batches and ends
-are numbered alike by `n`.)
+are numbered alike by `n`; `record`: a restarted consumer's state, which it catches up from.)
     producer -> server   finish {ends?} (on the server's input: the stream ends after what was sent
-                         before, or once `ends` epochs have ended)
+                         before, or once `ends` epochs have ended); on its catch-up input: regenerated {stream, epoch,
+                         worker, workers, index} + wire frames (a batch made again for consumers
+                         catching up, from the catch-up worker)
 
 `located(error, where)` puts the URL (and which message) before a DecodeError's text.
 """
@@ -41,6 +43,7 @@ KINDS = {  # kind -> required fields and the types they must have
     "status": {"consumers": list},
     "bye": {},
     "finish": {},
+    "regenerated": {"stream": str, "epoch": int, "worker": int, "workers": int, "index": int},
 }
 MAX_CONTROL_BYTES = 1 << 20  # a status report of many consumers stays far below this
 

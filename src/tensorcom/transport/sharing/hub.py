@@ -14,6 +14,13 @@ Workers on other machines (tensorcom.ray's actors): `Hub(url, input_host="10.0.0
 on tcp, that host, a port of the system's choosing (`worker_url` "zpush://10.0.0.5:PORT"); and
 `hub.server.handover(stream, i, n)` gives portion i to a restarted worker, which skips what was taken.
 The input is not authenticated: bind it on a network only the cluster reaches.
+
+Consumers catching up (a restarted job, tensorcom.transport.sharing.catch_up): `hub.server.catch_up`
+is the serving layer's hook that makes lacking batches again (tensorcom.pipeline.catch_up); its
+worker sends them to the server's catch-up input (`hub.server.catch_up_address`, beside the input)
+through a `CatchUpFeed`, each behind a control frame `regenerated` saying which batch it is, and the
+server routes them to the consumers that lack them only.
+`hub.catch_up` (any object with close()) is closed with the hub.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ import shutil
 import tempfile
 from typing import Any
 
-from tensorcom import urls
+from tensorcom import urls, wire
 from tensorcom.transport import _sockets as sockets
 from tensorcom.transport import security
+from tensorcom.transport.batches import prepare_batch
 from tensorcom.transport.sharing import control
 from tensorcom.transport.sharing.server import ShareServer
 
@@ -57,6 +65,7 @@ class Hub:
         self._dir = None if input_host else tempfile.mkdtemp(prefix="tc-hub-", dir="/tmp")
         address = f"tcp://{input_host}:*" if input_host else f"ipc://{os.path.join(self._dir, 'in')}"
         self._finisher = None
+        self.catch_up: Any = None  # the serving layer's catch-up worker, closed with the hub
         self._context = sockets.acquire_context()
         try:
             self.server = ShareServer(endpoints, mode, address, context=self._context, input_hwm=INPUT_HWM,
@@ -98,6 +107,9 @@ class Hub:
         self._releases.append(security.secure(sock, self._curve, serving=True))
 
     def _release(self) -> None:
+        if self.catch_up is not None:
+            self.catch_up.close()
+            self.catch_up = None
         for release in self._releases:
             release()
         self._releases = []
@@ -109,3 +121,28 @@ class Hub:
             self._context = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class CatchUpFeed:
+    """The catch-up worker's way into a hub (`address`: its server's `catch_up_address`): batches
+    made again for consumers catching up. `send(ask, index, batch)` sends batch `index` of the
+    portion and epoch a catch_up.Regenerate names; close() waits (at most `linger` s) for them to leave."""
+
+    def __init__(self, address: str):
+        self._context = sockets.acquire_context()
+        self.sock = sockets.make_socket(self._context, "PUSH", sndhwm=INPUT_HWM, rcvhwm=INPUT_HWM, timeout=None,
+                                        max_message_size=None)
+        self.sock.connect(address)
+
+    def send(self, ask: Any, index: int, batch: Any) -> None:
+        portion = wire.Portion(ask.stream, ask.portion, ask.workers)
+        frames = wire.encode_batch(prepare_batch(batch, True), epoch=ask.epoch, portion=portion, index=index)
+        head = control.encode("regenerated", stream=ask.stream, epoch=ask.epoch, worker=ask.portion,
+                              workers=ask.workers, index=index)
+        self.sock.send_multipart([head, *frames], copy=False)
+
+    def close(self, linger: float = 10.0) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=int(linger * 1000))
+            self.sock = None
+            sockets.release_context()

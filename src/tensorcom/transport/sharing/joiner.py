@@ -68,6 +68,7 @@ class _Link:
         self.joined_at: tuple[int, int] | None = None
         self.shm_wanted = False  # ask for the shared-memory handoff in `join`
         self.shm_prefix: str | None = None  # the session's server hands batches over in shared memory
+        self.record: dict | None = None  # the consumer state the next join carries (restart())
 
     @property
     def server(self) -> str | None:
@@ -131,8 +132,22 @@ class Joiner:
 
     def _join(self, link: _Link) -> None:
         offer = {"shm": True} if link.shm_wanted else {}
+        record = {"record": link.record} if link.record is not None else {}
         link.send("join", name=self.name, credit=self.credit, observe=self.observe, session=self.session_id,
-                  j=link.session.joining(), **link.session.join_fields(), **offer)
+                  j=link.session.joining(), **link.session.join_fields(), **offer, **record)
+
+    def restart(self, record: dict) -> None:
+        """Start over with every server, carrying `record` (the consumer state a restarted job loaded,
+        before its first pass): a zshare server that serves a stream it names sends first what the
+        record lacks (tensorcom.transport.sharing.catch_up), then the live stream. What came of
+        the sessions so far is dropped."""
+        self._ready.clear()
+        if self.rebatcher is not None:
+            self.rebatcher = Rebatcher(self.rebatcher.size)
+        for link in self.links:
+            link.record, link.in_pass, link.ended, link.joined_at = record, False, False, None
+            link.session.restart()
+            self._join(link)
 
     @property
     def joined_at(self) -> dict[str, tuple[int, int] | None]:
@@ -227,6 +242,7 @@ class Joiner:
             link.send("shm", ok=link.shm_prefix is not None)
         if link.session.welcome(meta["server"], meta.get("resumed") is True, n) == CONTINUED:
             return
+        link.record = None  # a later new session does not start over again
         link.joined_at = (meta["epoch"], meta["pos"])
         if link.in_pass and not link.ended and previous is not None:
             self._raise_replaced(link, previous)

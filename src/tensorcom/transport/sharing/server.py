@@ -74,9 +74,10 @@ class ShareServer(StreamInput):
 
     def __init__(self, endpoints: list, mode: str, input_address: str, *, context: zmq.Context,
                  min_consumers: int = 1, replay: int = 16, policy: str = "pace", liveness: float | None = 10.0,
-                 input_hwm: int = 2, secure: Any = None, shm: bool | None = None):
+                 input_hwm: int = 2, secure: Any = None, shm: bool | None = None, catch_up: Any = None):
         check_liveness(liveness)
         self.book = make_book(mode, min_consumers=min_consumers, replay=replay, policy=policy)
+        self.catch_up = catch_up  # catch_up([Regenerate, ...]): the serving layer makes those batches again
         self.max_plain_values = settings.max_plain_values()  # read once, not per input message
         self.url = ",".join(e.url for e in endpoints)
         self.server_id = secrets.token_hex(6)
@@ -121,12 +122,19 @@ class ShareServer(StreamInput):
             with translated(input_address, action="bind"):
                 self.input.bind(input_address)
             self.input_address = self.input.getsockopt_string(zmq.LAST_ENDPOINT)  # with the port "*" chose
+            # no receive limit: what the catch-up worker sent before it exited must all reach the queue
+            # (ZeroMQ drops what a PULL had not taken in when its sender's connection closes)
+            self.regenerated_input = self._own(make_socket(context, "PULL", sndhwm=input_hwm, rcvhwm=0,
+                                                           timeout=None, max_message_size=None))
+            self.regenerated_input.bind(_beside(input_address))
+            self.catch_up_address = self.regenerated_input.getsockopt_string(zmq.LAST_ENDPOINT)
             self._open_sessions(context, liveness)
         except BaseException:
             self._close_sockets()
             raise
         self._poller.register(self.router, zmq.POLLIN)
         self._poller.register(self.monitor, zmq.POLLIN)
+        self._poller.register(self.regenerated_input, zmq.POLLIN)
 
     def _own(self, sock: Any) -> Any:
         sock.linger = 0
@@ -195,9 +203,12 @@ class ShareServer(StreamInput):
             self._on_monitor()
         if self.router in ready:
             self._on_consumer()
+        if self.regenerated_input in ready:
+            self._on_regenerated()
         if self._input_pending() or self.input in ready or (taking and self._ahead is not None):
             self._on_input()
         self._deliver()
+        self._regenerate()
         for peer in self.book.expire(time.monotonic(), self.window, HOLD_WINDOWS * self.window):
             self._forget(peer, lost=True)
         self._maybe_status()
@@ -205,6 +216,16 @@ class ShareServer(StreamInput):
     def _deliver(self) -> None:
         for send in self.book.sends():
             self._send(send.peer, self._frames(send))
+
+    def _regenerate(self) -> None:
+        """Pass the batches that consumers catching up lack and the buffer no longer holds to the
+        serving layer's `catch_up` (they come back on the input as `regenerated`); without one,
+        they are given up (counted as lost)."""
+        asks = self.book.take_regenerations() if hasattr(self.book, "take_regenerations") else []
+        if asks and self.catch_up is not None:
+            self.catch_up(asks)
+        elif asks:
+            self.book.give_up(asks)
 
     def _frames(self, send: Send) -> list:
         item = send.item
@@ -292,6 +313,8 @@ class ShareServer(StreamInput):
             self._observers.add(peer)
             joined = Welcome(self.book.mode, self.book.epoch, self.book.pos)
         else:
+            if isinstance(meta.get("record"), dict) and "server" not in meta and peer in self.book.consumers:
+                self._forget(peer, lost=False)  # it starts over with its record (a restarted job)
             joined = self._resumed(peer, meta) or self._joined(peer, meta)
         echo = {"j": meta["j"]} if isinstance(meta.get("j"), int) else {}  # which join this answers
         offer = {"shm": self.arena.offer()} if meta.get("shm") is True and self._has_arena() else {}
@@ -310,6 +333,9 @@ class ShareServer(StreamInput):
     def _joined(self, peer: bytes, meta: dict) -> Welcome:
         if self.arena is not None:
             self.arena.forget(peer)  # a new session answers the offer anew
+        record = meta.get("record") if isinstance(meta.get("record"), dict) else None
+        if record is not None and self.book.mode == "share":
+            return self.book.join(peer, meta["name"], meta["credit"], record=record)
         return self.book.join(peer, meta["name"], meta["credit"])
 
     def _maybe_status(self) -> None:
@@ -340,6 +366,13 @@ class ShareServer(StreamInput):
         self._sockets = []
         if self.arena is not None:
             self.arena.close()
+
+
+def _beside(address: str) -> str:
+    """Where the catch-up input binds, beside the input `address` (ipc, tcp or inproc)."""
+    if address.startswith("tcp://"):
+        return address.rsplit(":", 1)[0] + ":*"
+    return address + "-catch-up"
 
 
 def _waiting(sock: zmq.Socket) -> Iterable[list]:

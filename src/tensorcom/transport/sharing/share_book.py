@@ -68,6 +68,11 @@ class ShareBook(_Book):
         asks, self.regenerations = self.regenerations, []
         return asks
 
+    def give_up(self, asks: list[Regenerate]) -> None:
+        """Batches that cannot be made again (no catch-up worker): the consumers go on without them
+        (counted in lost_batches)."""
+        self.lost_batches += self.catch_up.give_up(asks)
+
     def regenerated(self, item: Item) -> None:
         """A batch made again (its `portion` says which) for the consumers catching up."""
         self.catch_up.regenerated(item)
