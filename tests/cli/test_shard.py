@@ -77,6 +77,16 @@ def test_a_bad_input_is_one_line_and_status_2(tmp_path, capsys, spec, words):
     assert err.count("\n") == 1 and "error:" in err and words in err
 
 
+def test_a_bad_sample_stops_with_one_line_and_leaves_no_partial_shard(tmp_path, capsys, monkeypatch):
+    (tmp_path / "gen_bad.py").write_text("def samples():\n    for i in range(12):\n"
+                                         "        yield {'__key__': 'a.b' if i == 7 else f'k{i}', 'txt': 'x'}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["gen_bad.py:samples", "-o", "out/b-%02d.tar", "--maxcount", "5", "-q"])
+    assert exit_.value.code == 2 and "'a.b'" in capsys.readouterr().err
+    assert sorted(os.listdir("out")) == ["b-00.tar", "b.manifest.json"]
+
+
 def test_resume_against_a_changed_folder_is_refused(tmp_path, capsys):
     for name in ("a", "b"):
         (tmp_path / "in" / name).mkdir(parents=True)

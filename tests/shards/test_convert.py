@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from tensorcom import shards
+from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.shards import TarWriter
 from tensorcom.shards._destinations import Destination
+from tensorcom.shards._taskpool import run_tasks
 from tensorcom.shards._tarpack import TarPack
 from tensorcom.shards.convert import (FilesInput, IterableInput, Shard, convert, manifest_path, plan_shards,
                                       runs)
@@ -250,3 +252,36 @@ def test_saved_hugging_face_dataset_keeps_image_bytes(tmp_path):
     samples = list(shards.samples(shard_paths(tmp_path / "out")))
     assert [s["image.png"] for s in samples] == pngs  # the original bytes, not re-encoded
     assert [int(s["label"]) for s in samples] == list(range(6))
+
+
+LISTENER: list[socket.socket] = []  # the test's listening socket, for the work done in the test's process
+
+
+def fail_in_helper(task: tuple[str, int, str]) -> int:
+    """In the test's process: wait until a helper connected. In a helper: connect, then fail as `how` says."""
+    address, parent, how = task
+    if os.getpid() == parent:
+        if LISTENER:
+            LISTENER.pop().accept()[0].close()
+        return 0
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(address)
+    if how == "die":
+        os.kill(os.getpid(), 9)
+    raise KeyError("helper says no")
+
+
+@pytest.mark.parametrize("how, error, words", [("raise", WorkerError, "helper says no"),
+                                               ("die", WorkerDied, "status -9")])
+def test_a_helper_that_fails_or_dies_is_an_error_and_no_helper_is_left(ipc_path, how, error, words):
+    import multiprocessing
+
+    address = ipc_path()
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        listener.listen(8)
+        listener.settimeout(60)
+        LISTENER.append(listener)
+        with pytest.raises(error, match=words):
+            run_tasks(fail_in_helper, [(address, os.getpid(), how)] * 4, 2)
+    assert multiprocessing.active_children() == []

@@ -97,6 +97,7 @@ def _collect(results: Any, children: list, expected: int, done: Callable[[Any], 
                                  f"{dead[0].exitcode} holding a task") from None
             continue
         if kind == "error":
-            raise WorkerError(f"shard writer failed on task {index}", remote_traceback=value)
+            last = value.strip().splitlines()[-1] if value.strip() else "no traceback"
+            raise WorkerError(f"a helper failed on task {index}: {last}", remote_traceback=value)
         done(value)
         expected -= 1
