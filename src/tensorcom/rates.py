@@ -136,10 +136,12 @@ class Throttle:
 
 def consumer_lines(reports: list[dict]) -> list[str]:
     """One line per consumer of a sharing server's status (tensorcom.transport.sharing): position,
-    lag, rate and credit."""
+    lag (or "catching up N": a restarted job still lacks N batches of what it missed), rate and credit."""
     lines = []
     for r in reports:
         lag = "" if r.get("lag") is None else f", lag {r['lag']}"
+        if r.get("catching_up"):
+            lag = f", catching up {r['catching_up']}"
         lines.append(f"  consumer {r['name']}: epoch {r['epoch']} batch {r['pos']}{lag}, "
                      f"{r['samples_per_s']:.1f} samples/s, credit in use {r['credit'] - r['free']}/{r['credit']}")
     return lines

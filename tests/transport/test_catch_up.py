@@ -3,6 +3,7 @@ and the share book that follows it), without sockets: items in, sends out."""
 
 from __future__ import annotations
 
+from tensorcom.rates import consumer_lines
 from tensorcom.transport.sharing import Item, ShareBook
 from tensorcom.transport.sharing.catch_up import CatchUp, Regenerate
 
@@ -163,6 +164,8 @@ def test_catching_up_does_not_hold_the_others_and_loses_nothing_live():
     assert len(got["a"]) >= 14 and book.consumers["x"].catching > 0  # a went on
     report = {r["name"]: r["catching_up"] for r in book.reports()}
     assert report["a"] == 0 and report["x"] == book.catch_up.remaining("x") > 0
+    lines = consumer_lines(book.reports())  # what tensormon --consumers and the server tools print
+    assert "catching up" not in lines[0] and f"catching up {report['x']}," in lines[1]
     book.regenerations = kept
     pump(book, items, 20, got, served)
     check_restarted(got["x"], taken, [0], per=8)

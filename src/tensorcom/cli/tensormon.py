@@ -6,7 +6,8 @@ Each line: batches/s, samples/s, MB/s over the last 10 s (the window of tensorco
 of Connection.stats), the last batch size, the batches known to be dropped (lossy PUB/SUB), and the
 running total. Exits after --count batches (default: never).
 With --consumers and zjoin:// URLs it joins a sharing server as an observer and prints, per report,
-each consumer's position (epoch, batch), lag behind the stream, rate and credit in use.
+each consumer's position (epoch, batch), lag behind the stream (a restarted job catching up shows
+"catching up N": the batches it still lacks of what it missed), rate and credit in use.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between report lines (default 1)")
     parser.add_argument("--json", action="store_true", help="print each report as a JSON object")
     parser.add_argument("--consumers", action="store_true",
-                        help="zjoin:// URLs: watch the sharing server's consumers (position, lag, rate, credit) "
+                        help="zjoin:// URLs: watch the sharing server's consumers (position, lag or catching up, rate, "
+                             "credit) "
                              "without taking batches; --count counts reports")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.consumers:

@@ -92,9 +92,11 @@ class Hub:
 
     def close(self, timeout: float | None = None) -> dict:
         """Wait (at most `timeout` s) until the consumers have everything, then release; the result
-        of ShareServer.wait. After an abort() the result counts what was not delivered."""
+        of ShareServer.wait (with "regenerated": the batches its catch-up worker made again, when it
+        has one). After an abort() the result counts what was not delivered."""
         try:
-            return self.server.wait(timeout)
+            result = self.server.wait(timeout)
+            return result if self.catch_up is None else {**result, "regenerated": self.catch_up.made}
         finally:
             self._release()
 
