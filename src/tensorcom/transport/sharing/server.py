@@ -24,6 +24,12 @@ is sent to that consumer then, and only when it stays away for the liveness wind
 (split mode: its unacknowledged batches go to others; HOLD_WINDOWS windows later when it had gone
 quiet before its connection closed, unless it comes back first and says which it used; the book
 remembers it, should it come back).
+Restarted consumers (share mode): a join that carries a consumer state (`record`) starts a new
+session that catches up first (tensorcom.transport.sharing.catch_up): what the record lacks comes
+from the replay buffer, or is made again by the serving layer's hook `catch_up([Regenerate, ...])`,
+whose worker sends the batches to a second input (`catch_up_address`, beside the input; read at
+every round, so it never waits behind a stream that the book does not take); without a hook they
+are given up.
 A consumer's message that is not the protocol (bad magic, bad fields) is counted in `rejected` and
 ignored; a malformed input message stops the thread (wait() raises DecodeError naming the input).
 """
