@@ -67,6 +67,20 @@ def test_the_same_processes_serve_every_epoch_exactly_and_end_with_the_pipeline(
 
 
 @pytest.mark.procs
+def test_a_process_map_keeps_its_processes_across_epochs_by_default():
+    pipeline = Pipeline(range(10), seed=7).map(tagged, rng=True, workers=2, processes=True)
+    inline = Pipeline(range(10), seed=7).map(tagged, rng=True)
+    pids = []
+    for epoch in (0, 1):
+        got, seen = without_pids(list(pipeline.set_epoch(epoch)))
+        assert got == without_pids(list(inline.set_epoch(epoch)))[0]
+        pids.append(seen)
+    assert os.getpid() not in pids[0] and pids[1] <= pids[0]
+    pipeline.close()
+    assert wait_until(lambda: not any(alive(pid) for pid in pids[0]))
+
+
+@pytest.mark.procs
 def test_the_next_epoch_is_computed_before_it_is_asked_for(tmp_path):
     calls = tmp_path / "calls"
     with Pipeline(range(8)).map(functools.partial(counted, str(calls))).parallel(2) as pipeline:

@@ -132,7 +132,8 @@ def _map(p: Any, step: Any, up: Node, rng_key: tuple | None) -> Node:
     if a["workers"] == 0:
         return Mapped(up, a["fn"], rng_key)
     pool = p._pools.get(step)
-    if a["persistent"] and pool is None:
+    persistent = a["processes"] if a["persistent"] is None else a["persistent"]
+    if persistent and pool is None:
         pool = p._pools[step] = WorkerPool(Tagged(a["fn"]), a["workers"], a["processes"])
     plan = MapPlan(a["workers"], a["processes"], a["ordered"], a["buffer"], rng_key, pool)
     return WorkerMapped(up, a["fn"], plan)

@@ -158,12 +158,13 @@ class Pipeline:
     # --- stages ---------------------------------------------------------------------------------
 
     def map(self, fn: Callable, *, rng: bool = False, workers: int = 0, processes: bool = False,
-            ordered: bool = True, buffer: int | None = None, persistent: bool = False) -> Pipeline:
+            ordered: bool = True, buffer: int | None = None, persistent: bool | None = None) -> Pipeline:
         """Apply fn(sample) — or fn(sample, rng) with rng=True — to each sample. `workers` > 0 runs it
         on that many threads (I/O-bound fn) or, with processes=True, spawned processes (CPU-bound;
         fn must then be picklable: a module-level function or callable object). `ordered=False`
         yields results as they finish; `buffer` bounds samples in flight (default 2 × workers).
-        `persistent=True` keeps the workers between epochs, until close() or garbage collection."""
+        `persistent` keeps the workers between epochs, until close() or garbage collection (default:
+        processes are kept, threads are not)."""
         _callable("map function", fn)
         _non_negative("workers", workers)
         if buffer is not None:
