@@ -5,6 +5,8 @@ fast path, byte-identical to what TarWriter writes for the same samples (a test 
     pack.add("cat/001", [("cls", b"0"), ("jpg", data)])     # the members KEY.FIELD, in the order given
     pack.close()                       # end blocks, record padding, commit (the atomic rename)
     pack.abort()                       # discard: nothing appears under the final name
+    write_tar_shard(path, samples)     # the same over sample dicts (shard_fields: as TarWriter encodes them)
+    tar_samples(path)                  # how many samples a finished shard holds, from its headers
 
 Headers are ustar headers with TarWriter's fixed attributes (mtime 0, mode 0o444, owner bigdata),
 built by patching the name, size and checksum into one prepared block; a name that ustar cannot hold
@@ -15,9 +17,11 @@ in memory and handed to the destination in writes of about `chunk` bytes.
 from __future__ import annotations
 
 import tarfile
-from typing import Iterable
+import os
+from typing import Any, Iterable
 
-from tensorcom.shards._destinations import Destination
+from tensorcom.shards._destinations import Destination, open_destination
+from tensorcom.shards.fields import encode_field
 
 BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
@@ -94,3 +98,42 @@ class TarPack:
         """Drop the archive: nothing is left under its name (for a local path)."""
         self.buffer = []
         self.dest.discard()
+
+
+def shard_fields(sample: dict[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
+    """(key, [(field, bytes)] sorted) of one sample, encoded as TarWriter encodes; ValueError for a bad key."""
+    key = sample.get("__key__")
+    if not isinstance(key, str) or not key or "." in key[key.rfind("/") + 1:]:
+        raise ValueError(f"a sample needs a str '__key__' without a dot in its last component, got {key!r}")
+    fields = []
+    for name in sorted(sample):
+        if not name.startswith("_"):
+            value = sample[name]
+            fields.append((name, value if type(value) is bytes else encode_field(name, value)))
+    return key, fields
+
+
+def write_tar_shard(path: str, samples: Iterable[dict[str, Any]]) -> int:
+    """Write `samples` as one tar shard at `path` (atomically); returns how many."""
+    pack = TarPack(open_destination(path))
+    try:
+        for sample in samples:
+            pack.add(*shard_fields(sample))
+        pack.close()
+    except BaseException:
+        pack.abort()
+        raise
+    return pack.count
+
+
+def tar_samples(path: str) -> int | None:
+    """Samples (runs of members with one key) of the tar file at `path`, from its headers only (the data
+    is skipped); None when the file ends before its last member's data and the end-of-archive blocks."""
+    keys, last = 0, None
+    with tarfile.open(path, "r:") as archive:
+        for member in archive:
+            directory, _, name = member.name.rpartition("/")
+            key = (directory, name.split(".", 1)[0])
+            keys, last = keys + (key != last), key
+        end = archive.offset
+    return keys if os.path.getsize(path) >= end + 2 * tarfile.BLOCKSIZE else None

@@ -29,14 +29,12 @@ import hashlib
 import itertools
 import json
 import os
-import tarfile
 from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.progress import Progress
 from tensorcom.shards._destinations import open_destination
-from tensorcom.shards._tarpack import TarPack
+from tensorcom.shards._tarpack import shard_fields, tar_samples, write_tar_shard
 from tensorcom.shards._taskpool import run_tasks
-from tensorcom.shards.fields import encode_field
 
 FORMATS = ("tar", "parquet")
 _MEMBER_OVERHEAD = 1024  # a header block and half a block of padding, per field: about 2 fields per sample
@@ -233,32 +231,6 @@ def _write_atomic(path: str, text: str) -> None:
     dest.commit()
 
 
-def shard_fields(sample: dict[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
-    """(key, [(field, bytes)] sorted) of one sample, encoded as TarWriter encodes; ValueError for a bad key."""
-    key = sample.get("__key__")
-    if not isinstance(key, str) or not key or "." in key[key.rfind("/") + 1:]:
-        raise ValueError(f"a sample needs a str '__key__' without a dot in its last component, got {key!r}")
-    fields = []
-    for name in sorted(sample):
-        if not name.startswith("_"):
-            value = sample[name]
-            fields.append((name, value if type(value) is bytes else encode_field(name, value)))
-    return key, fields
-
-
-def write_tar_shard(path: str, samples: Iterable[dict[str, Any]]) -> int:
-    """Write `samples` as one tar shard at `path` (atomically); returns how many."""
-    pack = TarPack(open_destination(path))
-    try:
-        for sample in samples:
-            pack.add(*shard_fields(sample))
-        pack.close()
-    except BaseException:
-        pack.abort()
-        raise
-    return pack.count
-
-
 def shard_count(path: str, format: str) -> int | None:
     """Samples in the finished shard at `path`, or None when it is absent or unreadable."""
     if not os.path.isfile(path):
@@ -271,19 +243,6 @@ def shard_count(path: str, format: str) -> int | None:
         return tar_samples(path)
     except Exception:  # a damaged shard is rewritten
         return None
-
-
-def tar_samples(path: str) -> int | None:
-    """Samples (runs of members with one key) of the tar file at `path`, from its headers only (the data
-    is skipped); None when the file ends before its last member's data and the end-of-archive blocks."""
-    keys, last = 0, None
-    with tarfile.open(path, "r:") as archive:
-        for member in archive:
-            directory, _, name = member.name.rpartition("/")
-            key = (directory, name.split(".", 1)[0])
-            keys, last = keys + (key != last), key
-        end = archive.offset
-    return keys if os.path.getsize(path) >= end + 2 * tarfile.BLOCKSIZE else None
 
 
 _WORKER: dict[str, Any] = {}
@@ -338,45 +297,63 @@ def _clear_leftovers(directory: str, shards: list[Shard]) -> None:
             os.remove(leftover)
 
 
-def convert(source: ConvertInput, pattern: str, *, maxcount: int = 10000, maxsize: float | None = None,
-            format: str = "tar", processes: int = 1, resume: bool = False, progress: bool | Progress = False
-            ) -> Manifest:
-    """Write `source` as shards `pattern % n` (module docstring); returns the Manifest (`kept`: the shard
-    names resume left alone). ValueError for bad options and for a resume the manifest refuses."""
+def _check(pattern: str, format: str, processes: int) -> None:
+    """ValueError for an unknown format, processes < 1, or a pattern without one %-format for the number."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     if processes < 1:
         raise ValueError(f"processes must be at least 1, got {processes}")
     try:
-        names = [pattern % 0, pattern % 1]
+        names = {pattern % 0, pattern % 1}
     except (TypeError, ValueError):
-        names = []
-    if len(set(names)) != 2:
+        names = set()
+    if len(names) != 2:
         raise ValueError(f"pattern needs one %-format for the shard number, like 'out-%06d.tar': {pattern!r}")
-    directory = os.path.dirname(pattern) or "."
-    os.makedirs(directory, exist_ok=True)
-    count = len(source)
+
+
+def plan(source: ConvertInput, pattern: str, maxcount: int, maxsize: float | None, format: str) -> Manifest:
+    """The Manifest of converting `source` (reads its count, fingerprint and, with maxsize, its sizes)."""
     sizes = source.sizes() if maxsize is not None else None
     shards = [Shard(n, os.path.basename(pattern % n), start, stop)
-              for n, (start, stop) in enumerate(plan_shards(count, maxcount, sizes, maxsize))]
-    manifest = Manifest(pattern, format, maxcount, maxsize, source.description, source.fingerprint(), shards)
-    mpath = manifest_path(pattern)
-    pending = shards
-    if resume and os.path.exists(mpath):
-        with open(mpath) as stream:
-            why = manifest.mismatch(json.load(stream))
-        if why is not None:
-            raise ValueError(f"cannot resume into {mpath}: {why}; convert again without --resume")
-        manifest.kept = [s.name for s in shards if shard_count(os.path.join(directory, s.name), format) == s.count]
-        pending = [s for s in shards if s.name not in set(manifest.kept)]
-    _clear_leftovers(directory, shards)
-    _write_atomic(mpath, manifest.to_json())
+              for n, (start, stop) in enumerate(plan_shards(len(source), maxcount, sizes, maxsize))]
+    return Manifest(pattern, format, maxcount, maxsize, source.description, source.fingerprint(), shards)
+
+
+def finished_shards(manifest: Manifest, directory: str) -> list[str]:
+    """The shards of `manifest` already present with their planned count, when the manifest on disk
+    matches it (no manifest: none); ValueError naming what changed when it does not."""
+    path = manifest_path(manifest.pattern)
+    if not os.path.exists(path):
+        return []
+    with open(path) as stream:
+        why = manifest.mismatch(json.load(stream))
+    if why is not None:
+        raise ValueError(f"cannot resume into {path}: {why}; convert again without --resume")
+    return [s.name for s in manifest.shards if shard_count(os.path.join(directory, s.name), manifest.format) == s.count]
+
+
+def convert(source: ConvertInput, pattern: str, *, maxcount: int = 10000, maxsize: float | None = None,
+            format: str = "tar", processes: int = 1, resume: bool = False, progress: bool | Progress = False
+            ) -> Manifest:
+    """Write `source` as shards `pattern % n` (module docstring); returns the Manifest (`kept`: the shard
+    names resume left alone). ValueError for bad options and for a resume the manifest refuses."""
+    _check(pattern, format, processes)
+    directory = os.path.dirname(pattern) or "."
+    os.makedirs(directory, exist_ok=True)
+    manifest = plan(source, pattern, maxcount, maxsize, format)
+    manifest.kept = finished_shards(manifest, directory) if resume else []
+    pending = [s for s in manifest.shards if s.name not in set(manifest.kept)]
+    _clear_leftovers(directory, manifest.shards)
+    _write_atomic(manifest_path(pattern), manifest.to_json())
     shown = Progress("tensorcom shard") if progress is True else (progress or None)
-    if shown is not None:
-        shown.update(sum(s.count for s in shards) - sum(s.count for s in pending), shards=len(manifest.kept))
-    _write_all(source, directory, format, runs(pending, processes, source.sequential), processes, shown)
-    if shown is not None:
-        shown.close()
+    try:
+        if shown is not None:
+            shown.update(sum(s.count for s in manifest.shards) - sum(s.count for s in pending),
+                         shards=len(manifest.kept))
+        _write_all(source, directory, format, runs(pending, processes, source.sequential), processes, shown)
+    finally:
+        if shown is not None:
+            shown.close()
     return manifest
 
 
