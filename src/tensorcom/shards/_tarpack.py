@@ -9,15 +9,15 @@ fast path, byte-identical to what TarWriter writes for the same samples (a test 
     tar_samples(path)                  # how many samples a finished shard holds, from its headers
 
 Headers are ustar headers with TarWriter's fixed attributes (mtime 0, mode 0o444, owner bigdata),
-built by patching the name, size and checksum into one prepared block; a name that ustar cannot hold
+joined from the fixed pieces of one prepared block and the name, size and checksum; a name that ustar cannot hold
 (over 100 bytes, not ASCII) gets tarfile's own PAX header, as TarWriter's would. Output is collected
 in memory and handed to the destination in writes of about `chunk` bytes.
 """
 
 from __future__ import annotations
 
-import tarfile
 import os
+import tarfile
 from typing import Any, Iterable
 
 from tensorcom.shards._destinations import Destination, open_destination
