@@ -11,11 +11,14 @@ RandomResizedCrop(224) + horizontal flip, batch 64, uint8 output, in one run:
 
 and prints img/s (counted from the first batch on, so start-up is left out; best of --repeats
 interleaved runs), CPU-seconds per 1,000 images (this process + its reaped children, start-up
-included) and the ratios (b)/(a) and (c)/(b). Then a threads x processes grid for the same images
+included) and the ratios (b)/(a) and (c)/(b). Before those, (d): serve-imagenet-dir -w 0 and -w 2
+serving --epochs epochs back to back to a Connection, each epoch counted whole (from the end of the
+epoch before, boundary included) with the gap before its first batch. Then a threads x processes grid for the same images
 fetched over HTTP from a local server (a subprocess whose CPU time is not counted).
 
     ./run bench benchmarks/pipeline.py            # full run (a few minutes)
     ./run bench benchmarks/pipeline.py --quick    # a short run
+    ./run bench benchmarks/pipeline.py --quick --epochs-only   # (d) alone
 """
 
 from __future__ import annotations
@@ -214,6 +217,52 @@ def run_served(root: Path, timer: "Timer") -> int:
     return timer.images
 
 
+# ---------------------------------------------------------------- (d) epochs back to back, boundaries included
+
+
+def run_epochs(root: Path, workers: int, epochs: int) -> list[dict]:
+    """serve-imagenet-dir -w WORKERS --epochs EPOCHS (a subprocess, one publisher) -> Connection: for
+    each epoch, the gap before its first batch (from the end of the epoch before; from the server's
+    start for the first) and its images per second counted whole, from that end to its last batch."""
+    from tensorcom import Connection
+
+    port = free_port()
+    command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(root), "-b", str(BATCH),
+               "--size", str(SIZE), "-w", str(workers), "--epochs", str(epochs), "-r", "0",
+               f"zpush://127.0.0.1:{port}"]
+    rows: list[dict] = []
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=120) as conn:
+        end = time.perf_counter()
+        server = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        try:
+            for epoch in range(epochs):
+                images, first = 0, None
+                for batch, labels in conn:
+                    first = first or time.perf_counter()
+                    images += check_batch(batch, labels)
+                start, end = end, time.perf_counter()
+                rows.append({"epoch": epoch, "gap": (first or end) - start, "images": images,
+                             "rate": images / (end - start)})
+            server.wait(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    return rows
+
+
+def epochs_report(root: Path, workers: list[int], epochs: int) -> str:
+    """The per-epoch gaps and whole-epoch rates of run_epochs for each -w in `workers`, as a table."""
+    lines = ["| serve-imagenet-dir | epoch | gap before its first batch (s) | images | img/s, whole epoch |",
+             "|---|---:|---:|---:|---:|"]
+    for count in workers:
+        for row in run_epochs(root, count, epochs):
+            print(f"  -w {count} epoch {row['epoch']}: gap {row['gap']:.2f} s before the first batch, "
+                  f"{row['images']} images at {row['rate']:.0f} img/s counted whole", flush=True)
+            lines.append(f"| -w {count} | {row['epoch']} | {row['gap']:.2f} | {row['images']} | {row['rate']:.0f} |")
+    return "\n".join(lines)
+
+
 class Timer:
     """Counts images and times from the first batch on (start-up excluded from the rate)."""
 
@@ -372,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=None, help="images in the folder (default 3000, quick 640)")
     parser.add_argument("--repeats", type=int, default=None, help="runs of (a), (b), (c), best kept (default 2, quick 1)")
     parser.add_argument("--skip-grid", action="store_true", help="leave out the HTTP grid")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs served back to back in (d) (default 3; 0: no (d))")
+    parser.add_argument("--epoch-workers", default="0,2", help="the -w values of (d), comma-separated (default 0,2)")
+    parser.add_argument("--epochs-only", action="store_true", help="only (d): epochs back to back, boundaries included")
     parser.add_argument("--serve-http", nargs=2, metavar=("DIR", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_http:
@@ -383,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [p.stat().st_size for p in list((root / "train").glob("*/*.jpg"))[:200]]
     print(f"{count} JPEGs of 500x375 in {root}, {np.mean(sizes) / 1000:.0f} KB on average; "
           f"RandomResizedCrop({SIZE}) + flip, batch {BATCH}, uint8; {os.cpu_count()} CPUs", flush=True)
+    if args.epochs:
+        print(f"\n(d) serve-imagenet-dir, {args.epochs} epochs back to back, every epoch counted whole:", flush=True)
+        print("\n" + epochs_report(root, [int(w) for w in args.epoch_workers.split(",")], args.epochs) + "\n")
+    if args.epochs_only:
+        return 0
     a, b, c = compare(root, args.repeats)
     print()
     print(table([a, b, c], a))
