@@ -223,7 +223,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     if epochs is not None:
         positive("epochs", epochs)
     check_spec(pipeline)
-    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing, curve=curve)
+    hub = open_hub(urls, min_consumers=min_consumers, sharing=sharing, curve=curve,
+                   make_pipeline=functools.partial(resolve, pipeline))
     if hub is None and curve is not None:
         connection_options = {**(connection_options or {}), "curve": curve}
     try:
