@@ -4,7 +4,7 @@ and the share book that follows it), without sockets: items in, sends out."""
 from __future__ import annotations
 
 from tensorcom.rates import consumer_lines
-from tensorcom.transport.sharing import Item, ShareBook
+from tensorcom.transport.sharing import Item, ShareBook, SplitBook
 from tensorcom.transport.sharing.catch_up import CatchUp, Regenerate
 
 STREAM = "serve-test"
@@ -194,3 +194,36 @@ def test_the_core_reads_version_1_records_as_prefixes():
     asks = core.join("x", state, [], 6, 0)
     assert asks == [Regenerate(STREAM, 0, 0, 2, (0, 1, 2)), Regenerate(STREAM, 0, 1, 2, (2,))]
     assert core.remaining("x") == 4
+
+
+def taken_of(names):
+    """A record's taken intervals for the batch names `names` (single-index intervals)."""
+    taken = {}
+    for n in names:
+        e, rest = n[1:].split("v")
+        v, i = map(int, rest.split("i"))
+        taken.setdefault((int(e), v), []).append((i, i + 1))
+    return {key: sorted(t) for key, t in taken.items()}
+
+
+def test_a_restarted_zsplit_rank_gets_what_it_used_after_its_checkpoint_and_the_job_every_batch_once():
+    book, served = SplitBook(), Served()
+    items, got = served.items(), {}
+    for peer in ("a", "b", "x"):
+        book.join(peer, peer, 1)
+    pump(book, items, 6, got)
+    checkpoint = list(got["x"])  # the job's checkpoint: what x had used then
+    pump(book, items, 3, got)
+    used_after = got["x"][len(checkpoint):]
+    assert used_after  # x used batches after its checkpoint, then it was killed
+    book.disconnect("x", 0.0, quiet=False)
+    assert book.expire(100.0, 1.0) == ["x"]
+    book.join("y", "y", 1, record=record(0, taken_of(checkpoint)))
+    asks = book.take_regenerations()
+    assert sorted(name(a.epoch, a.portion, i) for a in asks for i in a.indices) == sorted(used_after)
+    assert {r["name"]: r["catching_up"] for r in book.reports()}["y"] == len(used_after)
+    book.regenerations = asks
+    pump(book, items, 12, got, served)
+    job = [n for peer in "aby" for n in got.get(peer, []) if n.startswith("e0")] + checkpoint
+    assert sorted(job) == sorted(epoch_names(0)) and all(got[p].count("END0") == 1 for p in "aby")
+    assert set(used_after) <= set(got["y"])

@@ -194,7 +194,7 @@ class StreamInput:
     def _on_regenerated(self) -> None:
         """Take the batches the catch-up worker made again (on their own socket, so that they never
         wait behind the stream's input while the book takes nothing): each a control `regenerated`
-        and its wire frames, to the book, for the consumers catching up (share mode)."""
+        and its wire frames, to the book, for the consumers catching up."""
         while True:
             try:
                 frames = self.regenerated_input.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -212,9 +212,7 @@ class StreamInput:
         message = wire.decode_message([f.buffer for f in frames], max_plain_values=self.max_plain_values)
         portion = (meta["stream"], meta["worker"], meta["workers"], meta["index"])
         item = Item(-1, meta["epoch"], meta["index"], frames, batch_size(message.batch), message.nbytes, portion)
-        regenerated = getattr(self.book, "regenerated", None)
-        if regenerated is not None:
-            regenerated(item)
+        self.book.regenerated(item)
 
     def _count(self, message: Any, samples: int) -> None:
         """Count a batch taken from the input, per portion when it has one (for handover)."""

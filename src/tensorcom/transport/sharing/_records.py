@@ -31,6 +31,11 @@ class Item:
     def is_end(self) -> bool:
         return self.frames is None
 
+    @property
+    def key(self) -> tuple | None:
+        """(stream, epoch, v, index) of a batch of a served stream, else None."""
+        return None if self.portion is None else (self.portion[0], self.epoch, self.portion[1], self.portion[3])
+
 
 @dataclass(frozen=True)
 class Welcome:
@@ -74,7 +79,8 @@ class Consumer:
     down_since: float | None = None
     quiet: bool = False  # nothing came from it for a while before its connection closed
     held_until: float | None = None  # split, departed: its unacknowledged batches are held for it until then
-    catching: int | None = None  # share: batches it lacks while it catches up (None: it is live)
+    catching: int | None = None  # batches it lacks while it catches up (None: it is live)
+    used: set | None = None  # split: the keys (Item.key) of the batches it acknowledged, recent epochs
     rates: Rates = field(default_factory=Rates)  # its acknowledged batches and samples (tensorcom.rates)
 
     @property
@@ -99,6 +105,8 @@ class Consumer:
                 done.append(item)
         self.acked = max(self.acked, min(upto, self.sent))
         self.outstanding -= len(done)
+        if self.used is not None:
+            self.used.update(item.key for item in done if item.key is not None)
         samples = sum(item.samples for item in done)
         self.batches, self.samples = self.batches + len(done), self.samples + samples
         if done:

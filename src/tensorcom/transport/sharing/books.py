@@ -45,6 +45,14 @@ At the end of an epoch the server waits until every batch of the epoch is acknow
 end to every consumer and only then starts the next epoch. Batches a removed consumer had not
 acknowledged go back to the front of the queue, so the union over consumers is every batch, once.
 
+Split mode, a restarted rank (a join with its consumer state, tensorcom.transport.sharing.catch_up):
+it lacks the batches of its epochs that its record lacks, that no consumer has or will have (in the
+queue, unacknowledged or held) and that no consumer up or gone by leaving acknowledged: the batches
+its crashed predecessor used after the checkpoint. They are made again for it (`take_regenerations`)
+and the epoch's end waits for them; then it takes from the queue as the others do. So the job's
+union stays every batch once. Each consumer keeps the keys of what it acknowledged for that (this
+epoch and the one before).
+
 Both: nothing is taken from the stream before `min_consumers` consumers have joined.
 """
 
@@ -55,6 +63,7 @@ from typing import Any
 
 from tensorcom.transport.sharing._book import MAX_DEPARTED, _Book
 from tensorcom.transport.sharing._records import Consumer, Item, Send, Welcome
+from tensorcom.transport.sharing.catch_up import CatchUp, GoLive, Regenerate
 from tensorcom.transport.sharing.share_book import ShareBook
 
 __all__ = ["MAX_DEPARTED", "Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome", "make_book"]
@@ -69,17 +78,50 @@ class SplitBook(_Book):
         super().__init__(min_consumers=min_consumers, replay=replay)
         self.pending: deque[Item] = deque()  # batches not yet sent (or sent to a consumer now gone)
         self.closing: Item | None = None  # the current epoch's end, once the stream reached it
+        self.catch_up = CatchUp()  # the portions' live positions and the restarted ranks catching up
+        self.regenerations: list[Regenerate] = []  # asked since take_regenerations()
+        self.used_left: set = set()  # keys of the batches acknowledged by consumers that left or were removed
 
-    def join(self, peer: Any, name: str, credit: int) -> Welcome:
+    def join(self, peer: Any, name: str, credit: int, record: dict | None = None) -> Welcome:
+        """Add a consumer; with `record` (a restarted rank's state) it first gets what the job lacks."""
         consumer = self._new_consumer(peer, name, credit)
+        consumer.used = set()
         consumer.position = (self.epoch, self.pos)
-        return Welcome(self.mode, self.epoch, self.pos)
+        asks = None if not record else self.catch_up.join(peer, record, [], 0, self.epoch, self._had(peer))
+        if asks is not None:
+            self.regenerations.extend(asks)
+            consumer.catching = self.catch_up.remaining(peer)
+            consumer.position = (self.catch_up.first_epoch(peer, self.epoch), 0)
+        return Welcome(self.mode, *consumer.position)
+
+    def _had(self, peer: Any) -> set:
+        """Keys of the batches some consumer other than `peer` has, used, or will have (module docstring)."""
+        keys = set(self.used_left)
+        consumers = [*self.consumers.values(), *self.departed.values()]
+        for c in consumers:
+            keys |= c.used if c.up and c.peer != peer and c.used else set()
+            keys |= {item.key for item in [*(i for _, i in c.unacked), *c.resend] if item.key is not None}
+        return keys | {item.key for item in self.pending if item.key is not None}
+
+    def take_regenerations(self) -> list[Regenerate]:
+        """The batches to make again for restarted ranks, asked since the last call."""
+        asks, self.regenerations = self.regenerations, []
+        return asks
+
+    def regenerated(self, item: Item) -> None:
+        self.catch_up.regenerated(item)
+
+    def give_up(self, asks: list[Regenerate]) -> None:
+        """Batches that cannot be made again: the restarted ranks go on without them."""
+        self.catch_up.give_up(asks)
 
     def remove(self, peer: Any) -> Consumer | None:
         """Forget a consumer; its unacknowledged batches go back to the front of the queue."""
         consumer = self.consumers.pop(peer, None)
+        self.catch_up.forget(peer)
         if consumer is not None:
             self._give_back(consumer)
+            self.used_left |= consumer.used or set()
         return consumer
 
     def _depart(self, peer: Any, held_until: float) -> Consumer:
@@ -127,6 +169,7 @@ class SplitBook(_Book):
                 and len(self.pending) < self.replay)
 
     def add(self, item: Item) -> None:
+        self.catch_up.passing(item)
         if item.is_end:
             self.closing = item
             self.epoch, self.pos = item.epoch + 1, 0
@@ -142,13 +185,17 @@ class SplitBook(_Book):
         once all of its batches are acknowledged."""
         up = [c for c in self.consumers.values() if c.up]
         result = [send for c in up for send in c.resends()]
+        for c in up:
+            result.extend(self._catching_up(c) if c.catching is not None and not c.resend else [])
+        up = [c for c in up if c.catching is None]
         while self.pending and up:
             consumer = max(up, key=lambda c: (c.free, -c.sent))
             if consumer.free <= 0:
                 break
             result.append(consumer.deliver(self.pending.popleft()))
         if (self.closing is not None and not self.pending and self.consumers and not self._outstanding()
-                and not self._held()):
+                and not self._held() and not self.catch_up.catching):
+            self._forget_used(self.closing.epoch - 1)
             for consumer in self.consumers.values():  # one that is away gets it when it is back
                 if consumer.up:
                     result.append(consumer.deliver(self.closing))
@@ -157,9 +204,27 @@ class SplitBook(_Book):
             self.closing = None
         return result
 
+    def _catching_up(self, consumer: Consumer) -> list[Send]:
+        """A restarted rank: what the job lacks, within its credit; then it takes from the queue."""
+        result = []
+        for action in self.catch_up.sends(consumer.peer, consumer.free):
+            if isinstance(action, GoLive):
+                consumer.catching = None
+            else:
+                result.append(consumer.deliver(action))
+        if consumer.catching is not None:
+            consumer.catching = self.catch_up.remaining(consumer.peer)
+        return result
+
+    def _forget_used(self, before: int) -> None:
+        """Keys of epochs before `before` are no longer needed."""
+        for c in [*self.consumers.values(), *self.departed.values()]:
+            c.used = None if c.used is None else {key for key in c.used if key[1] >= before}
+        self.used_left = {key for key in self.used_left if key[1] >= before}
+
     def done(self) -> bool:
         """The stream ended, every batch was acknowledged and every consumer acknowledged its ends."""
-        return (self.ended and self.closing is None and not self.pending and not self._held()
+        return (not self.catch_up.catching and self.ended and self.closing is None and not self.pending and not self._held()
                 and all(c.settled() for c in self.consumers.values()))
 
     def undelivered(self) -> dict[str, int]:

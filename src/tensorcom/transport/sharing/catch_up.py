@@ -118,10 +118,12 @@ class CatchUp:
         if any(e < oldest for _, e, _ in self.counts):
             self.counts = {k: n for k, n in self.counts.items() if k[1] >= oldest}
 
-    def join(self, peer: Any, record: dict, buffered: list, head: int, live_epoch: int) -> list | None:
+    def join(self, peer: Any, record: dict, buffered: list, head: int, live_epoch: int,
+             used: Any = frozenset()) -> list | None:
         """`peer` joined with `record` (a consumer state) while the buffer holds `buffered` (items,
         oldest first), the next item is `head` and the stream is in `live_epoch`: the regenerations to
-        ask for, or None when the record has nothing to catch up on here."""
+        ask for, or None when the record has nothing to catch up on here. `used`: keys (Item.key) of
+        batches it does not lack although its record lacks them (split: other ranks have them)."""
         names = [name for name in (record.get("streams") or {}) if name in self.workers]
         resume = ResumePlan.from_state(record, names[0]) if names else None
         if resume is None or resume.portions != self.workers[resume.stream] or resume.epoch > live_epoch:
@@ -130,7 +132,8 @@ class CatchUp:
         for epoch in range(resume.epoch, live_epoch + 1):
             plan = catching.epoch(epoch)
             for v in range(resume.portions):
-                plan.wants[v] = deque(resume.taken(epoch, v).missing(self.index(resume.stream, epoch, v)))
+                missing = resume.taken(epoch, v).missing(self.index(resume.stream, epoch, v))
+                plan.wants[v] = deque(i for i in missing if (resume.stream, epoch, v, i) not in used)
             if epoch < live_epoch:
                 plan.end = Item(-1, epoch, sum(self.index(resume.stream, epoch, v) for v in range(resume.portions)))
         while len(catching.epochs) > 1 and not catching.epochs[0].lacks():

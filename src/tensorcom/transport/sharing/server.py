@@ -24,9 +24,9 @@ is sent to that consumer then, and only when it stays away for the liveness wind
 (split mode: its unacknowledged batches go to others; HOLD_WINDOWS windows later when it had gone
 quiet before its connection closed, unless it comes back first and says which it used; the book
 remembers it, should it come back).
-Restarted consumers (share mode): a join that carries a consumer state (`record`) starts a new
-session that catches up first (tensorcom.transport.sharing.catch_up): what the record lacks comes
-from the replay buffer, or is made again by the serving layer's hook `catch_up([Regenerate, ...])`,
+Restarted consumers: a join that carries a consumer state (`record`) starts a new session that
+catches up first (tensorcom.transport.sharing.catch_up; split: the rule in books): what the record
+lacks comes from the replay buffer, or is made again by the serving layer's hook `catch_up([Regenerate, ...])`,
 whose worker sends the batches to a second input (`catch_up_address`, beside the input; read at
 every round, so it never waits behind a stream that the book does not take); without a hook they
 are given up.
@@ -227,7 +227,7 @@ class ShareServer(StreamInput):
         """Pass the batches that consumers catching up lack and the buffer no longer holds to the
         serving layer's `catch_up` (they come back on the input as `regenerated`); without one,
         they are given up (counted as lost)."""
-        asks = self.book.take_regenerations() if hasattr(self.book, "take_regenerations") else []
+        asks = self.book.take_regenerations()
         if asks and self.catch_up is not None:
             self.catch_up(asks)
         elif asks:
@@ -340,9 +340,7 @@ class ShareServer(StreamInput):
         if self.arena is not None:
             self.arena.forget(peer)  # a new session answers the offer anew
         record = meta.get("record") if isinstance(meta.get("record"), dict) else None
-        if record is not None and self.book.mode == "share":
-            return self.book.join(peer, meta["name"], meta["credit"], record=record)
-        return self.book.join(peer, meta["name"], meta["credit"])
+        return self.book.join(peer, meta["name"], meta["credit"], record=record)
 
     def _maybe_status(self) -> None:
         if not self._status_due.due():
