@@ -85,6 +85,9 @@ class FilesInput(ConvertInput):
     def __len__(self) -> int:
         return len(self.files)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_stats": None}  # what workers need is the file list
+
     def _stat(self) -> list[os.stat_result]:
         if self._stats is None:
             self._stats = [os.stat(path) for path, _ in self.files]
