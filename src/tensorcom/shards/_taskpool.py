@@ -3,12 +3,13 @@ from one shared counter: the converter's pool (tensorcom.shards.convert).
 
     run_tasks(work, tasks, processes, init=..., init_args=(...), done=callback)
 
-This process starts working at once (a helper's job reaches it through a queue), so a short job never waits for the helpers to start; a helper
-that starts after the last task was claimed leaves without work. Messages from a helper, on one
-queue: ("done", index, result) after each task, ("error", index, traceback text) when `work` raised
-(it then exits with status 1). The parent calls `done(result)` for every task, raises WorkerError
-for a helper's error and WorkerDied for a helper that ended holding a task, and always terminates
-and joins the helpers before it returns or raises. A helper whose parent is gone claims nothing more.
+This process starts working at once (a helper's job reaches it through a queue), so a short job never
+waits for the helpers to start; a helper that starts after the last task was claimed leaves without
+work. Messages from a helper, on one queue: ("done", index, result) after each task, ("error", index,
+traceback text) when `work` raised (it then exits with status 1). The parent calls `done(result)` for
+every task, raises WorkerError for a helper's error and WorkerDied for a helper that ended holding a
+task, and always terminates and joins the helpers before it returns or raises. A helper whose parent is
+gone claims nothing more.
 """
 
 from __future__ import annotations

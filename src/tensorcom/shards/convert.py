@@ -10,12 +10,13 @@ str as UTF-8, others encoded by extension; fields starting with "_" are not writ
 
 1. Plan (pure, `plan_shards`): the input's count, `maxcount` and, with `maxsize`, its sizes → one
    (start, stop) slice per shard. Shard n holds samples start..stop-1 whatever the process count.
-2. Manifest: MANIFEST (see `manifest_path`) records the shards, their counts, the options and the
+2. Manifest: `manifest_path(pattern)` (out/train.manifest.json) records the shards, their counts, the options and the
    input's fingerprint, written (atomically) before any shard.
-3. Write: the shards not yet finished, grouped into contiguous runs (one shard per task for inputs
-   that read any slice directly; N runs for sequential inputs), written by this process and
-   `processes` - 1 spawned helpers (tensorcom.shards._taskpool). Each shard goes to a hidden temporary file in its directory,
-   is fsync'ed and renamed (tensorcom.shards._destinations): a shard's name exists once it is whole.
+3. Write: the shards not yet finished, grouped into contiguous runs (one shard per task for inputs that
+   read any slice directly; N runs for sequential inputs), written by this process and `processes` - 1
+   spawned helpers (tensorcom.shards._taskpool). Each shard goes to a hidden temporary file in its
+   directory, is fsync'ed and renamed (tensorcom.shards._destinations): a shard's name exists once it is
+   whole.
 4. Resume: with `resume=True` an existing manifest must match (same fingerprint and options, else
    ValueError naming what changed); shards present with their planned sample count are kept as they
    are (not rewritten); leftover temporary files of the plan's shards are removed.
