@@ -129,6 +129,8 @@ class HandshakeInput(FilesInput):
         return super().read(start, stop)
 
 
+@pytest.mark.procs
+@pytest.mark.net
 def test_image_folder_to_tar_shards_the_same_for_one_and_two_processes(folder, tmp_path, ipc_path):
     root, expected = folder
     one = convert(folder_input(root), str(tmp_path / "one" / "train-%06d.tar"), maxcount=4, processes=1)
@@ -273,6 +275,8 @@ def fail_in_helper(task: tuple[str, int, str]) -> int:
     raise KeyError("helper says no")
 
 
+@pytest.mark.procs
+@pytest.mark.net
 @pytest.mark.parametrize("how, error, words", [("raise", WorkerError, "helper says no"),
                                                ("die", WorkerDied, "status -9")])
 def test_a_helper_that_fails_or_dies_is_an_error_and_no_helper_is_left(ipc_path, how, error, words):
