@@ -6,7 +6,7 @@
 
 Samples are dicts {column: value} (tensorcom.shards.tables says which Python / numpy value each column
 type gives); `keys=True` adds "__key__" (the row's index in its file, as a string) and "__url__", as
-tar samples have them (it costs about a fifth of the reading speed). `batch_rows=N` yields batches
+tar samples have them (two more fields in every row: somewhat slower). `batch_rows=N` yields batches
 instead, {column: numpy array (numbers, fixed-size lists, tensors) or list}, of N rows of one row
 group (the last of each row group shorter): no Python object per row, so several times faster; its
 items, `len` and state count batches. The unit of work is a row group (a record batch):
