@@ -3,13 +3,14 @@
 
     python resume_peer.py consume URL --out FILE --state FILE [--passes P] [--die-after N]
                                       [--hold-at N --held F --hold-file F] [--touch F] [--resume 1]
-                                      [--wait-for F,F...]
+                                      [--wait-for F,F...] [--save-until N]
 
 Per batch it appends {"pass": p, "ids": [...]} to FILE, then writes Connection.state_dict() to the
 state file (atomically): a SIGKILL leaves both at the same batch. --die-after N: SIGKILL itself after
 its N-th batch. --hold-at N: after its N-th batch create --held and wait until --hold-file exists.
 --touch F: create F after the first batch. --resume 1: load the state file before the first pass (a
-restarted job). --wait-for: wait until those files exist before joining.
+restarted job). --wait-for: wait until those files exist before joining. --save-until N: the state
+file is the checkpoint after batch N (later batches are not saved).
 Ends with {"done": true}; an exception is written as {"error": ..., "text": ...} and exit 3.
 """
 
@@ -64,8 +65,9 @@ def consume(args) -> None:
             for p in range(first, args.passes):
                 for batch in conn:
                     write({"pass": p, "ids": [int(x) for x in np.atleast_1d(batch["id"])]})
-                    save_state(conn.state_dict(), args.state)
                     count += 1
+                    if not args.save_until or count <= args.save_until:
+                        save_state(conn.state_dict(), args.state)
                     if count == args.die_after:
                         os.kill(os.getpid(), signal.SIGKILL)
                     if count == 1 and args.touch:
@@ -83,4 +85,4 @@ def consume(args) -> None:
 
 if __name__ == "__main__":
     run({"consume": consume}, out=None, state=None, passes=2, die_after=0, hold_at=0, hold_file=None, held=None,
-        touch=None, resume=0, wait_for=None)
+        touch=None, resume=0, wait_for=None, save_until=0)

@@ -227,3 +227,26 @@ def test_a_restarted_zsplit_rank_gets_what_it_used_after_its_checkpoint_and_the_
     job = [n for peer in "aby" for n in got.get(peer, []) if n.startswith("e0")] + checkpoint
     assert sorted(job) == sorted(epoch_names(0)) and all(got[p].count("END0") == 1 for p in "aby")
     assert set(used_after) <= set(got["y"])
+
+
+def test_a_rank_restarted_while_its_epoch_closes_gets_that_end_after_its_batches():
+    book, served = SplitBook(), Served(per=3)
+    items, got = served.items(), {}
+    book.join("a", "a", 1)
+    book.join("x", "x", 1)
+    for _ in range(7):  # epoch 0 (6 batches) and its end, which waits for every batch's acknowledgement
+        book.add(next(items))
+    for acked in ({"a", "x"}, {"a", "x"}, {"a"}):  # x acknowledges two batches, dies holding its third
+        for s in book.sends():
+            got.setdefault(s.peer, []).append(s.item.frames[0])
+            if s.peer in acked:
+                book.ack(s.peer, s.number)
+    book.disconnect("x", 0.0, quiet=False)
+    book.expire(100.0, 1.0)
+    book.join("y", "y", 1, record=record(0, taken_of(got["x"][:1])))
+    book.regenerations = asks = book.take_regenerations()
+    assert [(a.portion, a.indices) for a in asks] == [(1, (1,))]  # x's second batch, used after its checkpoint
+    deliver(book, got, served)
+    assert got["y"][-1] == "END0" and got["y"].count("END0") == 1
+    job = [n for p in "ay" for n in got[p] if n.startswith("e0")] + got["x"][:1]
+    assert sorted(job) == sorted(epoch_names(0, per=3))

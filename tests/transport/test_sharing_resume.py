@@ -23,13 +23,13 @@ EPOCHS = 2
 PORTIONS = 2
 
 
-def serving(port: int, replay: int) -> tuple[threading.Thread, dict]:
-    """tensorcom.serve to zshare in a thread: 2 portions, 2 epochs, 3 jobs; {"stats"} or {"error"}."""
+def serving(port: int, replay: int, scheme: str = "zshare") -> tuple[threading.Thread, dict]:
+    """tensorcom.serve in a thread: 2 portions, 2 epochs, 3 consumers; {"stats"} or {"error"}."""
     result: dict = {}
 
     def run():
         try:
-            result["stats"] = serve(make_pipeline(), f"zshare://127.0.0.1:{port}", workers=PORTIONS, epochs=EPOCHS,
+            result["stats"] = serve(make_pipeline(), f"{scheme}://127.0.0.1:{port}", workers=PORTIONS, epochs=EPOCHS,
                                     min_consumers=3, sharing={"replay": replay, "liveness": 2.0}, report=None)
         except BaseException as exc:
             result["error"] = exc
@@ -80,3 +80,30 @@ def test_a_restarted_job_gets_exactly_the_rest_of_its_epoch(popen, tmp_path, fre
     for _, other in others:
         check_every_sample_once(batches(other))
         assert sum(len(r["ids"]) for r in batches(other)) == EPOCHS * SAMPLES
+
+
+def test_a_restarted_zsplit_rank_keeps_the_job_union_every_sample_once(popen, tmp_path, free_port):
+    port = free_port()
+    url = f"zjoin://127.0.0.1:{port}"
+    go = tmp_path / "go"
+    thread, result = serving(port, 16, "zsplit")
+
+    def rank(name, *args):
+        out, state = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.state"
+        return popen.python(PEER, "consume", url, "--out", str(out), "--state", str(state), *args), out
+
+    held = [tmp_path / f"{name}.held" for name in ("a", "b")]
+    others = [rank(name, "--hold-at", "5", "--held", str(mark), "--hold-file", str(go))
+              for name, mark in zip(("a", "b"), held)]
+    victim, out = rank("x", "--save-until", "3", "--die-after", "6")  # its checkpoint: after batch 3
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    checkpoint = batches(out)[:3]
+    out.rename(tmp_path / "x-before.jsonl")  # what it used after its checkpoint is lost with it
+    restarted, out = rank("x", "--resume", "1", "--wait-for", ",".join(map(str, held)), "--touch", str(go))
+    assert [p.wait(timeout=60) for p in (restarted, *(p for p, _ in others))] == [0, 0, 0]
+    thread.join(timeout=60)
+    assert "error" not in result and not thread.is_alive()
+    job = checkpoint + batches(out) + [r for _, other in others for r in batches(other)]
+    for p in range(EPOCHS):  # what the job trained on, from its checkpoint on: each sample once
+        got = sorted(i for r in job if r["pass"] == p for i in r["ids"])
+        assert got == list(range(SAMPLES)), f"pass {p}: missing {set(range(SAMPLES)) - set(got)}"

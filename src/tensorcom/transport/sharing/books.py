@@ -87,7 +87,8 @@ class SplitBook(_Book):
         consumer = self._new_consumer(peer, name, credit)
         consumer.used = set()
         consumer.position = (self.epoch, self.pos)
-        asks = None if not record else self.catch_up.join(peer, record, [], 0, self.epoch, self._had(peer))
+        open_epoch = self.epoch if self.closing is None else self.closing.epoch  # its end is still to come
+        asks = None if not record else self.catch_up.join(peer, record, [], 0, open_epoch, self._had(peer))
         if asks is not None:
             self.regenerations.extend(asks)
             consumer.catching = self.catch_up.remaining(peer)
