@@ -1,7 +1,10 @@
 """A list of independent tasks run by this process and N-1 spawned helpers, each claiming the next task
 from one shared counter: the converter's pool (tensorcom.shards.convert).
 
-    run_tasks(work, tasks, processes, init=..., init_args=(...), done=callback)
+    with Helpers(processes - 1) as helpers:     # spawned now
+        ...                                     # plan the tasks meanwhile
+        helpers.run(work, tasks, init=..., init_args=(...), done=callback)
+    run_tasks(work, tasks, processes, init=..., init_args=(...), done=callback)     # both at once
 
 This process starts working at once (a helper's job reaches it through a queue), so a short job never
 waits for the helpers to start; a helper that starts after the last task was claimed leaves without
@@ -14,6 +17,7 @@ gone claims nothing more.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -25,6 +29,15 @@ from tensorcom.errors import WorkerDied, WorkerError
 _POLL = 0.5  # seconds between checks of the helpers' exit codes while waiting for their results
 
 
+class _Counter:
+    """The shared counter's interface, for this process alone."""
+
+    value = 0
+
+    def get_lock(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+
 def _claim(counter: Any) -> int:
     with counter.get_lock():
         index = counter.value
@@ -33,9 +46,15 @@ def _claim(counter: Any) -> int:
 
 
 def _helper_main(jobs: Any, counter: Any, results: Any, parent: int) -> None:
-    """A helper: read the job from `jobs`, claim tasks until none is left (or the parent is gone),
-    report each on `results`."""
-    work, tasks, init, init_args = jobs.get()
+    """A helper: wait for the job on `jobs`, claim tasks until none is left, report each on `results`;
+    leave as soon as the parent is gone."""
+    while True:
+        try:
+            work, tasks, init, init_args = jobs.get(timeout=_POLL)
+            break
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
     if init is not None:
         init(*init_args)
     while os.getppid() == parent:
@@ -51,39 +70,65 @@ def _helper_main(jobs: Any, counter: Any, results: Any, parent: int) -> None:
             raise SystemExit(1)
 
 
-def run_tasks(work: Callable[[Any], Any], tasks: Sequence, processes: int, *, init: Callable | None = None,
-              init_args: tuple = (), done: Callable[[Any], None] = lambda result: None) -> None:
-    """Run `work(task)` for every task here and in `processes` - 1 spawned helpers (module docstring);
-    `work` and `init` are module-level functions, `tasks` and `init_args` picklable."""
-    if init is not None:
-        init(*init_args)
-    helpers = min(processes, len(tasks)) - 1
-    if helpers <= 0:
-        for task in tasks:
-            done(work(task))
-        return
-    context = multiprocessing.get_context("spawn")
-    counter, results, jobs = context.Value("q", 0), context.Queue(), context.Queue()
-    children = [context.Process(target=_helper_main, name=f"tensorcom-shard-{n}", daemon=True,
-                                args=(jobs, counter, results, os.getpid())) for n in range(helpers)]
-    try:
-        for child in children:  # the job goes through a queue (its feeder thread), so start() does not wait
-            jobs.put((work, tasks, init, init_args))
-            child.start()
+class Helpers:
+    """`count` spawned helpers, started at once (so that their start-up overlaps the caller's planning)
+    and given their one job by run(). A context manager: leaving it terminates and joins them."""
+
+    def __init__(self, count: int):
+        self.children: list = []
+        if count <= 0:  # no helper: no shared counter, queues or processes
+            self.counter, self.results, self.jobs = _Counter(), None, None
+            return
+        context = multiprocessing.get_context("spawn")
+        self.counter, self.results, self.jobs = context.Value("q", 0), context.Queue(), context.Queue()
+        self.children = [context.Process(target=_helper_main, name=f"tensorcom-shard-{n}", daemon=True,
+                                         args=(self.jobs, self.counter, self.results, os.getpid()))
+                         for n in range(count)]
+        try:
+            for child in self.children:
+                child.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, work: Callable[[Any], Any], tasks: Sequence, *, init: Callable | None = None,
+            init_args: tuple = (), done: Callable[[Any], None] = lambda result: None) -> None:
+        """Run `work(task)` for every task here and in the helpers (module docstring); `work` and `init`
+        are module-level functions, `tasks` and `init_args` picklable."""
+        if init is not None:
+            init(*init_args)
+        if len(tasks) > 1:
+            for _ in self.children:  # through a queue (its feeder thread): this process goes on at once
+                self.jobs.put((work, tasks, init, init_args))
         ours = 0
-        while (index := _claim(counter)) < len(tasks):
+        while (index := _claim(self.counter)) < len(tasks):
             done(work(tasks[index]))
             ours += 1
-        _collect(results, children, len(tasks) - ours, done)
-    finally:
-        for child in children:
+        _collect(self.results, self.children, len(tasks) - ours, done)
+
+    def close(self) -> None:
+        for child in self.children:
             if child.pid is not None and child.is_alive():
                 child.terminate()
             if child.pid is not None:
                 child.join()
-        for channel in (jobs, results):
-            channel.cancel_join_thread()  # what a terminated helper did not read is dropped
-            channel.close()
+        for channel in (self.jobs, self.results):
+            if channel is not None:
+                channel.cancel_join_thread()  # what a terminated helper did not read is dropped
+                channel.close()
+
+    def __enter__(self) -> Helpers:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def run_tasks(work: Callable[[Any], Any], tasks: Sequence, processes: int, *, init: Callable | None = None,
+              init_args: tuple = (), done: Callable[[Any], None] = lambda result: None) -> None:
+    """Helpers(processes - 1).run(...) for a job known in advance."""
+    with Helpers(max(0, min(processes, len(tasks)) - 1)) as helpers:
+        helpers.run(work, tasks, init=init, init_args=init_args, done=done)
 
 
 def _collect(results: Any, children: list, expected: int, done: Callable[[Any], None]) -> None:

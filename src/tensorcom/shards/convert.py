@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 from tensorcom.progress import Progress
 from tensorcom.shards._destinations import open_destination
 from tensorcom.shards._tarpack import shard_fields, tar_samples, write_tar_shard
-from tensorcom.shards._taskpool import run_tasks
+from tensorcom.shards._taskpool import Helpers
 
 FORMATS = ("tar", "parquet")
 _MEMBER_OVERHEAD = 1024  # a header block and half a block of padding, per field: about 2 fields per sample
@@ -344,32 +344,32 @@ def convert(source: ConvertInput, pattern: str, *, maxcount: int = 10000, maxsiz
     _check(pattern, format, processes)
     directory = os.path.dirname(pattern) or "."
     os.makedirs(directory, exist_ok=True)
-    manifest = plan(source, pattern, maxcount, maxsize, format)
-    manifest.kept = finished_shards(manifest, directory) if resume else []
-    pending = [s for s in manifest.shards if s.name not in set(manifest.kept)]
-    _clear_leftovers(directory, manifest.shards)
-    _write_atomic(manifest_path(pattern), manifest.to_json())
     shown = Progress("tensorcom shard") if progress is True else (progress or None)
     try:
-        if shown is not None:
-            shown.update(sum(s.count for s in manifest.shards) - sum(s.count for s in pending),
-                         shards=len(manifest.kept))
-        _write_all(source, directory, format, runs(pending, processes, source.sequential), processes, shown)
+        with Helpers(processes - 1) as helpers:  # they start while the input is planned
+            manifest = plan(source, pattern, maxcount, maxsize, format)
+            manifest.kept = finished_shards(manifest, directory) if resume else []
+            pending = [s for s in manifest.shards if s.name not in set(manifest.kept)]
+            _clear_leftovers(directory, manifest.shards)
+            _write_atomic(manifest_path(pattern), manifest.to_json())
+            if shown is not None:
+                shown.update(sum(s.count for s in manifest.shards) - sum(s.count for s in pending),
+                             shards=len(manifest.kept))
+            _write_all(helpers, source, directory, format, runs(pending, processes, source.sequential), shown)
     finally:
         if shown is not None:
             shown.close()
     return manifest
 
 
-def _write_all(source: ConvertInput, directory: str, format: str, tasks: list[list[Shard]], processes: int,
+def _write_all(helpers: Helpers, source: ConvertInput, directory: str, format: str, tasks: list[list[Shard]],
                shown: Progress | None) -> None:
-    """Run the tasks here and in `processes` - 1 spawned helpers, counting finished shards on `shown`."""
+    """Run the tasks here and in the helpers, counting finished shards on `shown`."""
     def finished(done: list[tuple[str, int]]) -> None:
         if shown is not None:
             shown.update(sum(n for _, n in done), shards=shown.extra.get("shards", 0) + len(done))
 
     try:
-        run_tasks(_write_run, tasks, processes, init=_init_worker, init_args=(source, directory, format),
-                  done=finished)
+        helpers.run(_write_run, tasks, init=_init_worker, init_args=(source, directory, format), done=finished)
     finally:
         _WORKER.clear()
