@@ -250,3 +250,17 @@ def test_a_rank_restarted_while_its_epoch_closes_gets_that_end_after_its_batches
     assert got["y"][-1] == "END0" and got["y"].count("END0") == 1
     job = [n for p in "ay" for n in got[p] if n.startswith("e0")] + got["x"][:1]
     assert sorted(job) == sorted(epoch_names(0, per=3))
+
+
+def test_batches_that_cannot_be_made_again_are_given_up_and_counted():
+    book, served = ShareBook(replay=2), Served()
+    items, got = served.items(), {}
+    book.join("a", "a", 4)
+    pump(book, items, 8, got)
+    book.join("x", "x", 2, record=record(0, {(0, 0): [(0, 1)], (0, 1): [(0, 1)]}))
+    asks = book.take_regenerations()
+    book.give_up(asks)  # no catch-up worker (or it failed)
+    pump(book, items, 10, got)
+    lacking = {name(a.epoch, a.portion, i) for a in asks for i in a.indices}
+    assert book.lost_batches == len(lacking) > 0 and book.consumers["x"].catching is None
+    assert not lacking & set(got["x"]) and epoch_names(0) - lacking - {"e0v0i0", "e0v1i0"} <= set(got["x"])

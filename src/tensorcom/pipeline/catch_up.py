@@ -12,15 +12,17 @@ epoch set), passes over every batch not asked for (pipelines are deterministic g
 and portion) and sends the asked ones to the server's catch-up input (`CatchUpFeed`), which hands them to
 the consumers that lack them only. It stops reading a portion after its last asked batch. The
 process's messages to the owner are its counts: ("item", 0, 1) per batch sent; `made` counts them
-(the CPU a catch-up costs is for those and the ones passed over before them); a failed run is
-kept in `failure` (the consumers waiting for it stay catching up; the server's other consumers
-are not affected). Who shuts down: close() stops the run and joins the thread.
+(the CPU a catch-up costs is for those and the ones passed over before them). A failed run is
+kept in `failure`, warned about, and its requests are handed back by `take_failed()`, which the
+server polls to give them up (the consumers waiting for them go on without them; the server's other
+consumers are not affected). Who shuts down: close() stops the run and joins the thread.
 """
 
 from __future__ import annotations
 
 import functools
 import queue
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -62,6 +64,7 @@ class CatchUpWorker:
         self.made = 0  # batches made again and sent
         self.runs = 0
         self.failure: BaseException | None = None
+        self._failed: queue.Queue = queue.Queue()  # the requests of failed runs, for take_failed()
         self._asks: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -84,8 +87,18 @@ class CatchUpWorker:
                 asks.extend(self._asks.get())
             try:
                 self._once(asks)
-            except BaseException as exc:  # kept for the caller; the stream goes on
+            except BaseException as exc:  # kept and told; the stream goes on without those batches
                 self.failure = exc
+                self._failed.put(asks)
+                print(f"tensorcom: the catch-up worker failed ({exc}); {sum(len(a.indices) for a in asks)} "
+                      "batches are not made again", file=sys.stderr, flush=True)
+
+    def take_failed(self) -> list:
+        """The requests of the runs that failed since the last call (the server gives them up)."""
+        failed = []
+        while not self._failed.empty():
+            failed.extend(self._failed.get())
+        return failed
 
     def _once(self, asks: list) -> None:
         """One run: one process for `asks`, read until its last word."""

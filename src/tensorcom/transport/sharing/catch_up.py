@@ -101,6 +101,7 @@ class CatchUp:
         self.workers: dict[str, int] = {}  # stream -> V
         self.catching: dict[Any, _Catching] = {}
         self.regenerating = 0  # batches asked of the catch-up worker and not yet arrived
+        self._newest = -1  # the newest epoch counted
 
     def index(self, stream: str, epoch: int, portion: int) -> int:
         """The index the next batch of (stream, epoch, portion) takes when it has none of its own."""
@@ -114,9 +115,9 @@ class CatchUp:
         key = (stream, item.epoch, v)
         self.counts[key] = max(self.counts.get(key, 0), index + 1)
         self.workers[stream] = workers
-        oldest = item.epoch - MAX_EPOCHS
-        if any(e < oldest for _, e, _ in self.counts):
-            self.counts = {k: n for k, n in self.counts.items() if k[1] >= oldest}
+        if item.epoch > self._newest:  # a new epoch: forget the counts of the oldest
+            self._newest = item.epoch
+            self.counts = {k: n for k, n in self.counts.items() if k[1] > item.epoch - MAX_EPOCHS}
 
     def join(self, peer: Any, record: dict, buffered: list, head: int, live_epoch: int,
              used: Any = frozenset()) -> list | None:

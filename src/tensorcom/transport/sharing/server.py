@@ -83,7 +83,7 @@ class ShareServer(StreamInput):
                  input_hwm: int = 2, secure: Any = None, shm: bool | None = None, catch_up: Any = None):
         check_liveness(liveness)
         self.book = make_book(mode, min_consumers=min_consumers, replay=replay, policy=policy)
-        self.catch_up = catch_up  # catch_up([Regenerate, ...]): the serving layer makes those batches again
+        self.catch_up = catch_up  # the serving layer's: catch_up([Regenerate, ...]) makes them again; take_failed()
         self.max_plain_values = settings.max_plain_values()  # read once, not per input message
         self.url = ",".join(e.url for e in endpoints)
         self.server_id = secrets.token_hex(6)
@@ -225,13 +225,16 @@ class ShareServer(StreamInput):
 
     def _regenerate(self) -> None:
         """Pass the batches that consumers catching up lack and the buffer no longer holds to the
-        serving layer's `catch_up` (they come back on the input as `regenerated`); without one,
-        they are given up (counted as lost)."""
+        serving layer's `catch_up` (they come back on the catch-up input as `regenerated`); without
+        one, and those its `take_failed()` hands back, they are given up (share: counted as lost)."""
         asks = self.book.take_regenerations()
         if asks and self.catch_up is not None:
             self.catch_up(asks)
         elif asks:
             self.book.give_up(asks)
+        failed = self.catch_up.take_failed() if self.catch_up is not None else []
+        if failed:
+            self.book.give_up(failed)
 
     def _frames(self, send: Send) -> list:
         item = send.item
