@@ -108,3 +108,14 @@ def test_the_data_shard_example(tmp_path):
     assert "36 images in 4 shards" in done.stdout and "resumed: 3 shards kept, 1 written again" in done.stdout
     assert "read back: 36 samples, 36 distinct keys, original bytes and classes: True" in done.stdout
     assert "a training batch: images (8, 8, 8, 3) uint8" in done.stdout
+
+
+def test_maxsize_takes_byte_counts_with_units():
+    import argparse
+
+    from tensorcom.cli.shard import byte_size
+
+    assert (byte_size("3e9"), byte_size("500M"), byte_size("2g"), byte_size("1500")) == (3e9, 5e8, 2e9, 1500.0)
+    for bad in ("abc", "0", "-5M", "1.2.3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="positive byte count"):
+            byte_size(bad)
