@@ -192,6 +192,20 @@ def test_resume_against_a_changed_input_or_options_is_refused(folder, tmp_path):
         assert json.load(stream)["maxcount"] == 5  # the refused resume wrote nothing
 
 
+def test_a_file_gone_since_the_listing_is_an_open_error_naming_it(folder, tmp_path):
+    from tensorcom.errors import OpenError
+
+    root, _ = folder
+    files = folder_input(root).files + [(str(tmp_path / "gone.jpg"), 0)]
+    with pytest.raises(OpenError, match="gone.jpg"):
+        convert(FilesInput(files, str(root)), str(tmp_path / "out" / "s-%02d.tar"), maxcount=5)
+    source = FilesInput(files, str(root))
+    source.fingerprint = lambda: "x"  # planned without stat: the read names the file
+    with pytest.raises(OpenError, match="gone.jpg"):
+        convert(source, str(tmp_path / "out" / "s-%02d.tar"), maxcount=5)
+    assert sorted(os.listdir(tmp_path / "out")) == ["s-00.tar", "s-01.tar", "s-02.tar", "s-03.tar", "s.manifest.json"]
+
+
 def generated():
     """Samples of every kind of value, some without a key."""
     for i in range(9):

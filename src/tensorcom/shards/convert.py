@@ -32,6 +32,7 @@ import json
 import os
 from typing import Any, Callable, Iterable, Iterator
 
+from tensorcom.errors import OpenError
 from tensorcom.progress import Progress
 from tensorcom.shards._destinations import open_destination
 from tensorcom.shards._tarpack import shard_fields, tar_samples, write_tar_shard
@@ -91,7 +92,10 @@ class FilesInput(ConvertInput):
 
     def _stat(self) -> list[os.stat_result]:
         if self._stats is None:
-            self._stats = [os.stat(path) for path, _ in self.files]
+            try:
+                self._stats = [os.stat(path) for path, _ in self.files]
+            except OSError as exc:
+                raise OpenError(f"cannot read: {exc.strerror or exc}", url=exc.filename) from exc
         return self._stats
 
     def fingerprint(self) -> str:
@@ -113,7 +117,14 @@ class FilesInput(ConvertInput):
 
 
 def read_file(path: str, chunk: int = 1 << 20) -> bytes:
-    """The bytes of file `path` (os.read: no buffered file object per file)."""
+    """The bytes of file `path` (os.read: no buffered file object per file); OpenError naming it."""
+    try:
+        return _read_file(path, chunk)
+    except OSError as exc:
+        raise OpenError(f"cannot read: {exc.strerror or exc}", url=path) from exc
+
+
+def _read_file(path: str, chunk: int) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
         parts = [os.read(fd, chunk)]
