@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                        processes=args.processes, resume=args.resume, progress=not args.quiet)
     total = sum(shard.count for shard in manifest.shards)
     kept = f" ({len(manifest.kept)} kept)" if args.resume else ""
-    print(f"tensorcom shard: {total} samples in {len(manifest.shards)} shards{kept}, "
+    shards = f"{len(manifest.shards)} shard" + "s" * (len(manifest.shards) != 1)
+    print(f"tensorcom shard: {total} samples in {shards}{kept}, "
           f"manifest {manifest_path(args.output)}", file=sys.stdout)
     return 0
