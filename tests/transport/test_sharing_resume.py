@@ -53,57 +53,54 @@ def check_every_sample_once(records: list[dict]) -> None:
             assert mine == sorted(mine), f"pass {p}, portion {v}"
 
 
+class Search:
+    """A served stream (zshare or zsplit) and its three jobs "a", "b" and "x" (resume_peer.py): a and
+    b stop after `hold` batches until the restarted x has its first (`restart_x`)."""
+
+    def __init__(self, popen, tmp_path: Path, port: int, replay: int, scheme: str, hold: int):
+        self.popen, self.tmp, self.url = popen, tmp_path, f"zjoin://127.0.0.1:{port}"
+        self.thread, self.result = serving(port, replay, scheme)
+        self.go, self.held = tmp_path / "go", [tmp_path / f"{name}.held" for name in ("a", "b")]
+        self.others = [self.job(name, "--hold-at", str(hold), "--held", str(mark), "--hold-file", str(self.go))
+                       for name, mark in zip(("a", "b"), self.held)]
+
+    def job(self, name: str, *args: str):
+        out, state = self.tmp / f"{name}.jsonl", self.tmp / f"{name}.state"
+        return self.popen.python(PEER, "consume", self.url, "--out", str(out), "--state", str(state), *args), out
+
+    def restart_x(self):
+        """x again from its state, once a and b are held; every process ends well; x's output."""
+        restarted, out = self.job("x", "--resume", "1", "--wait-for", ",".join(map(str, self.held)),
+                                  "--touch", str(self.go))
+        assert [p.wait(timeout=60) for p in (restarted, *(p for p, _ in self.others))] == [0, 0, 0]
+        self.thread.join(timeout=60)
+        assert "error" not in self.result and not self.thread.is_alive()
+        return out
+
+
 @pytest.mark.parametrize("replay", [64, 2], ids=["within-replay", "beyond-replay"])
 def test_a_restarted_job_gets_exactly_the_rest_of_its_epoch(popen, tmp_path, free_port, replay):
-    port = free_port()
-    url = f"zjoin://127.0.0.1:{port}"
-    go = tmp_path / "go"
-    thread, result = serving(port, replay)
-
-    def job(name, *args):
-        out, state = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.state"
-        return popen.python(PEER, "consume", url, "--out", str(out), "--state", str(state), *args), out
-
-    held = [tmp_path / f"{name}.held" for name in ("a", "b")]
-    others = [job(name, "--hold-at", "25", "--held", str(mark), "--hold-file", str(go))
-              for name, mark in zip(("a", "b"), held)]
-    victim, out = job("x", "--die-after", "7")
+    search = Search(popen, tmp_path, free_port(), replay, "zshare", hold=25)
+    victim, out = search.job("x", "--die-after", "7")
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert len(batches(out)) == 7
     # it comes back once the others are 25 batches in (epoch 1): with replay 2 its session expired and
     # what it lacks of epoch 0 left the buffer long ago; the others wait for its first batch
-    restarted, _ = job("x", "--resume", "1", "--wait-for", ",".join(map(str, held)), "--touch", str(go))
-    assert [p.wait(timeout=60) for p in (restarted, *(p for p, _ in others))] == [0, 0, 0]
-    thread.join(timeout=60)
-    assert "error" not in result and not thread.is_alive()
+    out = search.restart_x()
     check_every_sample_once(batches(out))
-    for _, other in others:
+    for _, other in search.others:
         check_every_sample_once(batches(other))
         assert sum(len(r["ids"]) for r in batches(other)) == EPOCHS * SAMPLES
 
 
 def test_a_restarted_zsplit_rank_keeps_the_job_union_every_sample_once(popen, tmp_path, free_port):
-    port = free_port()
-    url = f"zjoin://127.0.0.1:{port}"
-    go = tmp_path / "go"
-    thread, result = serving(port, 16, "zsplit")
-
-    def rank(name, *args):
-        out, state = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.state"
-        return popen.python(PEER, "consume", url, "--out", str(out), "--state", str(state), *args), out
-
-    held = [tmp_path / f"{name}.held" for name in ("a", "b")]
-    others = [rank(name, "--hold-at", "5", "--held", str(mark), "--hold-file", str(go))
-              for name, mark in zip(("a", "b"), held)]
-    victim, out = rank("x", "--save-until", "3", "--die-after", "6")  # its checkpoint: after batch 3
+    search = Search(popen, tmp_path, free_port(), 16, "zsplit", hold=5)
+    victim, out = search.job("x", "--save-until", "3", "--die-after", "6")  # its checkpoint: after batch 3
     assert victim.wait(timeout=60) == -signal.SIGKILL
     checkpoint = batches(out)[:3]
     out.rename(tmp_path / "x-before.jsonl")  # what it used after its checkpoint is lost with it
-    restarted, out = rank("x", "--resume", "1", "--wait-for", ",".join(map(str, held)), "--touch", str(go))
-    assert [p.wait(timeout=60) for p in (restarted, *(p for p, _ in others))] == [0, 0, 0]
-    thread.join(timeout=60)
-    assert "error" not in result and not thread.is_alive()
-    job = checkpoint + batches(out) + [r for _, other in others for r in batches(other)]
+    out = search.restart_x()
+    job = checkpoint + batches(out) + [r for _, other in search.others for r in batches(other)]
     for p in range(EPOCHS):  # what the job trained on, from its checkpoint on: each sample once
         got = sorted(i for r in job if r["pass"] == p for i in r["ids"])
         assert got == list(range(SAMPLES)), f"pass {p}: missing {set(range(SAMPLES)) - set(got)}"
