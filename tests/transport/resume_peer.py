@@ -1,6 +1,8 @@
-"""A zjoin consumer that checkpoints after every batch, for the restart tests of zshare
-(test_sharing_resume.py), and the served pipeline.
+"""A zjoin consumer that checkpoints after every batch, for the restart tests of zshare and zsplit
+(test_sharing_resume.py), and the server: tensorcom.serve of the pipeline below.
 
+    python resume_peer.py serve URL [--replay N]      # 2 portions, 2 epochs, 3 consumers, liveness 2 s;
+                                                      # prints {"served": batches} or {"error": ...} at the end
     python resume_peer.py consume URL --out FILE --state FILE [--passes P] [--die-after N]
                                       [--hold-at N --held F --hold-file F] [--touch F] [--resume 1]
                                       [--wait-for F,F...] [--save-until N]
@@ -22,7 +24,7 @@ import signal
 import time
 
 import numpy as np
-from peer_script import fail, run
+from peer_script import fail, run, say
 
 from tensorcom import Connection
 from tensorcom.pipeline import Pipeline
@@ -44,6 +46,17 @@ def wait_for(paths) -> None:
     deadline = time.monotonic() + 60
     while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def serve(args) -> None:
+    from tensorcom.pipeline.serving import serve as serve_pipeline
+
+    try:
+        result = serve_pipeline(make_pipeline(), args.url, workers=2, epochs=2, min_consumers=3, report=None,
+                                sharing={"replay": args.replay, "liveness": 2.0})
+        say(served=result["batches"])
+    except Exception as exc:
+        fail(exc)
 
 
 def consume(args) -> None:
@@ -84,5 +97,5 @@ def consume(args) -> None:
 
 
 if __name__ == "__main__":
-    run({"consume": consume}, out=None, state=None, passes=2, die_after=0, hold_at=0, hold_file=None, held=None,
+    run({"serve": serve, "consume": consume}, replay=16, out=None, state=None, passes=2, die_after=0, hold_at=0, hold_file=None, held=None,
         touch=None, resume=0, wait_for=None, save_until=0)

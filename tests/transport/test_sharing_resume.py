@@ -1,42 +1,24 @@
 """A job of three on a zshare server, SIGKILLed mid-epoch and restarted from its saved state while the
 server and the other jobs go on (tensorcom.transport.sharing.catch_up, tensorcom.pipeline.catch_up):
 the restarted job's union of before and after is each epoch once, in each portion's order, and the
-other jobs get everything once. Real processes: tensorcom.serve's (2 portions, in a thread here),
-its catch-up worker, and tests/transport/resume_peer.py consumers."""
+other jobs get everything once. Real processes: tensorcom.serve (2 portions) with its catch-up
+worker, and the consumers: tests/transport/resume_peer.py."""
 
 from __future__ import annotations
 
 import json
 import signal
-import threading
+import subprocess
 from pathlib import Path
 
 import pytest
-from resume_peer import SAMPLES, make_pipeline  # tests/transport/resume_peer.py
-
-from tensorcom.pipeline.serving import serve
+from resume_peer import SAMPLES  # tests/transport/resume_peer.py
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 
 PEER = str(Path(__file__).with_name("resume_peer.py"))
 EPOCHS = 2
 PORTIONS = 2
-
-
-def serving(port: int, replay: int, scheme: str = "zshare") -> tuple[threading.Thread, dict]:
-    """tensorcom.serve in a thread: 2 portions, 2 epochs, 3 consumers; {"stats"} or {"error"}."""
-    result: dict = {}
-
-    def run():
-        try:
-            result["stats"] = serve(make_pipeline(), f"{scheme}://127.0.0.1:{port}", workers=PORTIONS, epochs=EPOCHS,
-                                    min_consumers=3, sharing={"replay": replay, "liveness": 2.0}, report=None)
-        except BaseException as exc:
-            result["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
 
 
 def batches(path: Path) -> list[dict]:
@@ -59,7 +41,8 @@ class Search:
 
     def __init__(self, popen, tmp_path: Path, port: int, replay: int, scheme: str, hold: int):
         self.popen, self.tmp, self.url = popen, tmp_path, f"zjoin://127.0.0.1:{port}"
-        self.thread, self.result = serving(port, replay, scheme)
+        self.server = popen.python(PEER, "serve", f"{scheme}://127.0.0.1:{port}", "--replay", str(replay),
+                                   stdout=subprocess.PIPE, text=True)
         self.go, self.held = tmp_path / "go", [tmp_path / f"{name}.held" for name in ("a", "b")]
         self.others = [self.job(name, "--hold-at", str(hold), "--held", str(mark), "--hold-file", str(self.go))
                        for name, mark in zip(("a", "b"), self.held)]
@@ -73,8 +56,9 @@ class Search:
         restarted, out = self.job("x", "--resume", "1", "--wait-for", ",".join(map(str, self.held)),
                                   "--touch", str(self.go))
         assert [p.wait(timeout=60) for p in (restarted, *(p for p, _ in self.others))] == [0, 0, 0]
-        self.thread.join(timeout=60)
-        assert "error" not in self.result and not self.thread.is_alive()
+        assert self.server.wait(timeout=60) == 0
+        served = json.loads(self.server.stdout.read().splitlines()[-1])  # everything delivered, or an error
+        assert served == {"served": EPOCHS * SAMPLES // 2}
         return out
 
 
