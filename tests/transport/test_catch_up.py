@@ -264,3 +264,15 @@ def test_batches_that_cannot_be_made_again_are_given_up_and_counted():
     lacking = {name(a.epoch, a.portion, i) for a in asks for i in a.indices}
     assert book.lost_batches == len(lacking) > 0 and book.consumers["x"].catching is None
     assert not lacking & set(got["x"]) and epoch_names(0) - lacking - {"e0v0i0", "e0v1i0"} <= set(got["x"])
+
+
+def test_it_catches_up_from_the_epoch_it_was_in_not_from_the_partial_first_one_it_joined():
+    book, served = ShareBook(replay=4), Served(per=3)
+    items, got = served.items(), {}
+    book.join("a", "a", 4)
+    pump(book, items, 10, got)  # epoch 0 and 3 batches of epoch 1
+    taken = {(0, 0): [(1, 3)], (0, 1): [(2, 3)], (1, 0): [(0, 1)]}  # it joined epoch 0 late, then took epoch 1's first
+    book.join("x", "x", 2, record=record(0, taken))
+    pump(book, items, 10, got, served)
+    assert not any(n.startswith("e0") or n == "END0" for n in got["x"])
+    check_restarted(got["x"], {k: t for k, t in taken.items() if k[0] == 1}, [1], per=3)

@@ -16,7 +16,9 @@ position within (epoch, portion v). The core counts, per (stream, epoch, v), the
 entered the stream (the live position of each portion).
 
 The rule. A consumer restarted from its record (version 2: per (epoch, v) the intervals of batch
-indices it took; version 1: the first `batches`) whose first incomplete epoch is E, joining while
+indices it took; version 1: the first `batches`) whose first incomplete epoch is E (the record's,
+or the latest in which it took a batch: a stream's epochs come one after the other, so it had the
+ends of those before; a zjoin record has no end markers), joining while
 the stream's epoch is L >= E, lacks: every batch of (e, v) for E <= e <= L with an index below the
 portion's live position that it did not take, and the ends of epochs E..L-1 (an epoch before L of
 which it took every batch counts as complete: a zjoin consumer's state records no ends). Those still in the
@@ -127,10 +129,13 @@ class CatchUp:
         batches it does not lack although its record lacks them (split: other ranks have them)."""
         names = [name for name in (record.get("streams") or {}) if name in self.workers]
         resume = ResumePlan.from_state(record, names[0]) if names else None
-        if resume is None or resume.portions != self.workers[resume.stream] or resume.epoch > live_epoch:
+        if resume is None or resume.portions != self.workers[resume.stream]:
+            return None
+        first = max([resume.epoch, *(e for e, v in resume.consumed if len(resume.taken(e, v)))])
+        if first > live_epoch:
             return None
         catching = _Catching(resume.stream, resume.portions, deque(), head)
-        for epoch in range(resume.epoch, live_epoch + 1):
+        for epoch in range(first, live_epoch + 1):
             plan = catching.epoch(epoch)
             for v in range(resume.portions):
                 missing = resume.taken(epoch, v).missing(self.index(resume.stream, epoch, v))
