@@ -38,8 +38,8 @@ def sample(i):
 
 
 def make_pipeline():
-    """Portion v of V serves ids v, v + V, ... in order: a portion's order is its ids' order."""
-    return Pipeline(range(SAMPLES)).map(sample).batch(2)
+    """Shuffled per (seed, epoch, portion): a portion's order is the pipeline's, not its ids'."""
+    return Pipeline(range(SAMPLES)).map(sample).shuffle(8).batch(2)
 
 
 def wait_for(paths) -> None:

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from resume_peer import SAMPLES  # tests/transport/resume_peer.py
+from resume_peer import SAMPLES, make_pipeline  # tests/transport/resume_peer.py
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 
@@ -25,14 +25,26 @@ def batches(path: Path) -> list[dict]:
     return [r for r in map(json.loads, path.read_text().splitlines()) if "ids" in r]
 
 
-def check_every_sample_once(records: list[dict]) -> None:
-    """Each pass p holds the ids of one epoch exactly once, each portion's (id % 2) in its order."""
+def portion_order() -> dict:
+    """(epoch, a batch's ids) -> (portion v, its index in v's epoch), from the pipeline itself."""
+    where = {}
+    for epoch in range(EPOCHS):
+        for v in range(PORTIONS):
+            for index, batch in enumerate(make_pipeline().shard(v, PORTIONS).set_epoch(epoch)):
+                where[(epoch, tuple(int(i) for i in batch["id"]))] = (v, index)
+    return where
+
+
+def check_every_sample_once(records: list[dict], where: dict) -> None:
+    """Each pass p holds the ids of one epoch exactly once, each portion's batches in its order (that
+    of an uninterrupted job)."""
     for p in range(EPOCHS):
         ids = [i for r in records if r["pass"] == p for i in r["ids"]]
         assert sorted(ids) == list(range(SAMPLES)), f"pass {p}"
+        order = [where[(p, tuple(r["ids"]))] for r in records if r["pass"] == p]
         for v in range(PORTIONS):
-            mine = [i for i in ids if i % PORTIONS == v]
-            assert mine == sorted(mine), f"pass {p}, portion {v}"
+            indices = [i for w, i in order if w == v]
+            assert indices == list(range(len(indices))), f"pass {p}, portion {v}"
 
 
 class Search:
@@ -71,9 +83,10 @@ def test_a_restarted_job_gets_exactly_the_rest_of_its_epoch(popen, tmp_path, fre
     # it comes back once the others are 25 batches in (epoch 1): with replay 2 its session expired and
     # what it lacks of epoch 0 left the buffer long ago; the others wait for its first batch
     out = search.restart_x()
-    check_every_sample_once(batches(out))
+    where = portion_order()
+    check_every_sample_once(batches(out), where)
     for _, other in search.others:
-        check_every_sample_once(batches(other))
+        check_every_sample_once(batches(other), where)
         assert sum(len(r["ids"]) for r in batches(other)) == EPOCHS * SAMPLES
 
 
