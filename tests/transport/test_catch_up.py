@@ -180,8 +180,12 @@ def test_a_record_of_another_stream_or_shape_is_a_plain_join():
     book.join("x", "x", 2, record=record(0, {}, stream="serve-other"))
     book.join("y", "y", 2, record=record(0, {}, workers=3))
     book.join("z", "z", 2, record={"version": 1, "passes": 0, "streams": {}})
+    bad = record(0, {(0, 0): [(0, 1)]})
+    bad["streams"][STREAM]["shares"][0]["taken"] = "nonsense"  # a malformed record does not stop the server
+    book.join("w", "w", 2, record=bad)
+    book.join("v", "v", 2, record={"streams": [STREAM]})
     assert book.take_regenerations() == []
-    assert all(book.consumers[p].catching is None for p in "xyz")
+    assert all(book.consumers[p].catching is None for p in "xyzwv")
 
 
 def test_the_core_reads_version_1_records_as_prefixes():

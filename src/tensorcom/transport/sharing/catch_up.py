@@ -125,10 +125,14 @@ class CatchUp:
              used: Any = frozenset()) -> list | None:
         """`peer` joined with `record` (a consumer state) while the buffer holds `buffered` (items,
         oldest first), the next item is `head` and the stream is in `live_epoch`: the regenerations to
-        ask for, or None when the record has nothing to catch up on here. `used`: keys (Item.key) of
-        batches it does not lack although its record lacks them (split: other ranks have them)."""
-        names = [name for name in (record.get("streams") or {}) if name in self.workers]
-        resume = ResumePlan.from_state(record, names[0]) if names else None
+        ask for, or None when the record has nothing to catch up on here (or is not a consumer state:
+        a consumer's message must not stop the server). `used`: keys (Item.key) of batches it does
+        not lack although its record lacks them (split: other ranks have them)."""
+        try:
+            names = [name for name in record["streams"] if name in self.workers]
+            resume = ResumePlan.from_state(record, names[0]) if names else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
         if resume is None or resume.portions != self.workers[resume.stream]:
             return None
         first = max([resume.epoch, *(e for e, v in resume.consumed if len(resume.taken(e, v)))])
