@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tensorcom.rates import consumer_lines
 from tensorcom.transport.sharing import Item, ShareBook, SplitBook
-from tensorcom.transport.sharing.catch_up import CatchUp, Regenerate
+from tensorcom.transport.sharing.catch_up import CatchUp, Regenerate, latest
 
 STREAM = "serve-test"
 
@@ -280,3 +280,17 @@ def test_it_catches_up_from_the_epoch_it_was_in_not_from_the_partial_first_one_i
     pump(book, items, 10, got, served)
     assert not any(n.startswith("e0") or n == "END0" for n in got["x"])
     check_restarted(got["x"], {k: t for k, t in taken.items() if k[0] == 1}, [1], per=3)
+
+
+def test_the_record_a_restarted_consumer_sends_is_its_latest_epoch_only():
+    taken = {(e, v): [(0, 20)] for e in range(50) for v in range(2)}
+    taken.update({(50, 0): [(0, 3)], (50, 1): []})
+    full = record(0, taken)
+    sent = latest(full)
+    assert [(s["epoch"], s["worker"]) for s in sent["streams"][STREAM]["shares"]] == [(50, 0), (50, 1)]
+    assert sent["streams"][STREAM]["epoch"] == 50 and sent["passes"] == full["passes"]
+    core, served = CatchUp(), Served(per=5)
+    items = served.items()
+    for _ in range(4):
+        core.passing(next(items))
+    assert core.join("x", sent, [], 4, 0) is None  # a record of a later epoch than the stream's: a plain join

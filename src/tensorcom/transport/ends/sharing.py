@@ -26,6 +26,7 @@ from tensorcom.transport.ends.intake import EPOCH_END, Intake
 from tensorcom.transport.ends.plain_sender import PlainSender
 from tensorcom.transport.options import Encoding, SharingOptions, SocketOptions
 from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing.catch_up import latest
 from tensorcom.transport.sharing.hub import sharing_mode
 from tensorcom.transport.sharing.joiner import PASS_END, Joiner
 from tensorcom.transport.sharing.server import ShareServer, check_delivered
@@ -144,7 +145,7 @@ class JoinerEnd:
         record was loaded before (a restarted job: Connection.load_state_dict) first starts over
         with its servers, carrying the record, so that it gets what the record lacks."""
         if not self.started and self.intake.consumed.streams:
-            self.joiner.restart(self.intake.consumed.state_dict())
+            self.joiner.restart(latest(self.intake.consumed.state_dict()))
         self.started = True
         message = self.joiner.next()
         if message is PASS_END:

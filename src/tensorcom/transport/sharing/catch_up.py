@@ -245,3 +245,15 @@ class CatchUp:
 
     def forget(self, peer: Any) -> None:
         self.catching.pop(peer, None)
+
+
+def latest(record: dict) -> dict:
+    """`record` (a consumer state) with, per stream, only what the catch-up reads: the shares of the
+    epochs from the latest one it took a batch of (the rule above), so that the join that carries it
+    stays small however long the job ran."""
+    streams = {}
+    for name, entry in record.get("streams", {}).items():
+        shares = entry.get("shares", [])
+        first = max([entry.get("epoch", 0), *(s["epoch"] for s in shares if s.get("batches"))])
+        streams[name] = {**entry, "epoch": first, "shares": [s for s in shares if s["epoch"] >= first]}
+    return {**record, "streams": streams}
