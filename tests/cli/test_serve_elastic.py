@@ -1,5 +1,5 @@
 """Elastic restart: a server SIGKILLed mid-epoch and resumed (`--resume`) with another number of
-processes (`tensorcom serve -w`, `serve-imagenet-dir -P`) sends exactly the rest of the epoch, each
+processes (`tensorcom serve -w`, `serve-imagenet-dir -P` and `-w`) sends exactly the rest of the epoch, each
 portion in its uninterrupted order, with the same random draws per sample."""
 
 from __future__ import annotations
@@ -96,22 +96,25 @@ def test_resume_refuses_another_number_of_portions(tmp_path):
         serve(elastic_pipeline, "zpush://127.0.0.1:7000", resume=state, portions=3)
 
 
-# --- serve-imagenet-dir -P 2 → -P 1 ---------------------------------------------------------------
+# --- serve-imagenet-dir -P 2 -w 0 → -P 1 -w 2 -------------------------------------------------------
 
 IMAGES = 16
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """DIR/<class>/*.png: IMAGES one-colour images in 2 classes, image i of red value 10 + 10 i (its
-    id: a crop of one colour keeps it)."""
+    """DIR/<class>/*.png: IMAGES images in 2 classes, image i of red value 10 + 10 i (its id: a crop
+    keeps it) over a green ramp (so a crop's place and size show in its pixels)."""
     from PIL import Image
 
     root = tmp_path_factory.mktemp("elastic-imagenet")
+    ramp = np.linspace(0, 250, 24, dtype=np.uint8)
     for i in range(IMAGES):
         folder = root / f"class{i % 2}"
         folder.mkdir(exist_ok=True)
-        Image.new("RGB", (12, 10), (10 + 10 * i, 40, 90)).save(folder / f"{i:02d}.png")
+        pixels = np.zeros((20, 24, 3), np.uint8)
+        pixels[..., 0], pixels[..., 1], pixels[..., 2] = 10 + 10 * i, ramp, 90
+        Image.fromarray(pixels).save(folder / f"{i:02d}.png")
     return root
 
 
@@ -119,19 +122,36 @@ def image_ids(batches: list) -> list[int]:
     return [int(image[0, 0, 0]) for images, _ in batches for image in images]
 
 
-def test_imagenet_server_resumed_with_fewer_publishers(tree, popen, tmp_path, free_port):
+def reference_batches(pipeline, portions: int) -> list[list]:
+    """Each portion's batches of epoch 0, resized as the servers resize (torch on one thread, the
+    fast path their dedicated processes take: images.init_worker); torch's threads restored after."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [list(pipeline.shard(v, portions)) for v in range(portions)]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_imagenet_server_resumed_with_fewer_publishers_and_more_workers(tree, popen, tmp_path, free_port):
+    """-P 2 (inline augmentation) killed after 2 batches, resumed with -P 1 -w 2 (two augmenting
+    processes): the epoch once, each batch the uninterrupted one to the pixel (same images, same crops)."""
     from tensorcom.images.imagenet import dir_pipeline
 
     pytest.importorskip("PIL")
     state, taken = tmp_path / "state.json", []
-    for parallel, count in ((2, 2), (1, None)):
+    for parallel, workers, count in ((2, 0, 2), (1, 2, None)):
         port = free_port()
         command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(tree), "-b", "2",
-                   "--size", "8", "--seed", "3", "-P", str(parallel), "--epochs", "1", "-r", "0",
-                   f"zpush://127.0.0.1:{port}", *(("--resume", str(state)) if state.exists() else ())]
-        taken += image_ids(take_and_kill(popen, port, command, state, count))
-    pipeline = dir_pipeline(str(tree), batch_size=2, size=8, seed=3)
-    expected = [image_ids(pipeline.shard(v, 2)) for v in range(2)]
-    assert sorted(taken) == sorted(10 + 10 * i for i in range(IMAGES))
+                   "--size", "8", "--seed", "3", "-P", str(parallel), "-w", str(workers), "--epochs", "1",
+                   "-r", "0", f"zpush://127.0.0.1:{port}", *(("--resume", str(state)) if state.exists() else ())]
+        taken += take_and_kill(popen, port, command, state, count)
+    expected = reference_batches(dir_pipeline(str(tree), batch_size=2, size=8, seed=3), 2)
+    by_ids = {tuple(image_ids([batch])): batch[0] for portion in expected for batch in portion}
+    assert sorted(image_ids(taken)) == sorted(10 + 10 * i for i in range(IMAGES))
     for portion in expected:
-        assert [i for i in taken if i in portion] == portion
+        ids = set(image_ids(portion))
+        assert [i for i in image_ids(taken) if i in ids] == image_ids(portion)
+    for images, _ in taken:
+        np.testing.assert_array_equal(images, by_ids[tuple(image_ids([(images, None)]))])

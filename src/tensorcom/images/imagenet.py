@@ -8,8 +8,11 @@
 Every batch is `[images, labels]` (a list, as tensorcom 0.1 sent): images uint8 (N, SIZE, SIZE, 3)
 (float32 ImageNet-normalized with `normalize`), labels int32 (N,); each image is augmented with
 RandomResizedCrop(SIZE, scale=(min_scale, 1)) + horizontal flip, its randomness drawn from the
-pipeline's seed. With `workers` > 0 the augmentation and batching run in that many spawned processes
-(`Pipeline.parallel`), so only whole batches cross to the consumer.
+pipeline's seed. The samples are batched first, as they come (file names, or a shard's bytes), and
+each batch is then augmented and collated as one task (AugmentBatch): inline when `workers` is 0, else
+on that many spawned processes kept across epochs (an ordered `Pipeline.map`), so only whole batches
+cross to the consumer. Which images form a batch and every random draw depend on the seed, the epoch
+and the portion only, never on `workers`: a server may resume with another `-w`.
 """
 
 from __future__ import annotations
@@ -122,13 +125,22 @@ def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: boo
 
 
 def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, workers: int) -> Pipeline:
-    """`pipeline` followed by `augment` and batching: inline when `workers` is 0, else in `workers`
-    spawned processes, each augmenting and batching its own portion (only whole batches cross to the
-    consumer) with torch's fast resize enabled there (images.init_worker)."""
-    from tensorcom.images.resample import init_worker
+    """`pipeline` batched as it comes, then each batch augmented and collated by AugmentBatch: inline
+    when `workers` is 0, else on `workers` spawned processes in order (whole batches cross back)."""
+    batches = pipeline.batch(batch_size, collate=list)
+    return batches.map(AugmentBatch(augment), rng=True, workers=workers, processes=workers > 0)
 
-    pipeline = pipeline.map(augment, rng=True).batch(batch_size, collate=collate_pair)
-    return pipeline.parallel(workers, init=init_worker) if workers > 0 else pipeline
+
+class AugmentBatch:
+    """Picklable map function: a list of image samples and the batch's generator -> [images, labels]
+    (collate_pair), sample i augmented by `augment` with the i-th generator spawned from the batch's,
+    so its draws depend on the batch's key (seed, epoch, portion, batch position) and i only."""
+
+    def __init__(self, augment: Augment):
+        self.augment = augment
+
+    def __call__(self, samples: list[dict], rng: np.random.Generator) -> list[np.ndarray]:
+        return collate_pair([self.augment(sample, own) for sample, own in zip(samples, rng.spawn(len(samples)))])
 
 
 def collate_pair(samples: list[tuple[np.ndarray, np.int32]]) -> list[np.ndarray]:
