@@ -1,7 +1,8 @@
 """A zjoin consumer that checkpoints after every batch, for the restart tests of zshare and zsplit
 (test_sharing_resume.py), and the server: tensorcom.serve of the pipeline below.
 
-    python resume_peer.py serve URL [--replay N]      # 2 portions, 2 epochs, 3 consumers, liveness 2 s;
+    python resume_peer.py serve URL [--replay N] [--ray 1]   # 2 portions (processes, or Ray actors),
+                                                      # 2 epochs, 3 consumers, liveness 2 s;
                                                       # prints {"served": batches} or {"error": ...} at the end
     python resume_peer.py consume URL --out FILE --state FILE [--passes P] [--die-after N]
                                       [--hold-at N --held F --hold-file F] [--touch F] [--resume 1]
@@ -51,9 +52,17 @@ def wait_for(paths) -> None:
 def serve(args) -> None:
     from tensorcom.pipeline.serving import serve as serve_pipeline
 
+    options = dict(workers=2, epochs=2, min_consumers=3, report=None, sharing={"replay": args.replay, "liveness": 2.0})
     try:
-        result = serve_pipeline(make_pipeline(), args.url, workers=2, epochs=2, min_consumers=3, report=None,
-                                sharing={"replay": args.replay, "liveness": 2.0})
+        if args.ray:  # two Ray actors (a local instance, two CPUs) and the driver's hub with its catch-up worker
+            import ray
+
+            from tensorcom.adapters.ray import serve as ray_serve
+
+            ray.init(num_cpus=2, include_dashboard=False)
+            result = ray_serve(f"{__file__}:make_pipeline", args.url, **options)
+        else:
+            result = serve_pipeline(make_pipeline(), args.url, **options)
         say(served=result["batches"])
     except Exception as exc:
         fail(exc)
@@ -97,5 +106,5 @@ def consume(args) -> None:
 
 
 if __name__ == "__main__":
-    run({"serve": serve, "consume": consume}, replay=16, out=None, state=None, passes=2, die_after=0, hold_at=0, hold_file=None, held=None,
+    run({"serve": serve, "consume": consume}, replay=16, ray=0, out=None, state=None, passes=2, die_after=0, hold_at=0, hold_file=None, held=None,
         touch=None, resume=0, wait_for=None, save_until=0)

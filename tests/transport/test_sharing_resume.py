@@ -6,6 +6,7 @@ worker, and the consumers: tests/transport/resume_peer.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from resume_peer import SAMPLES, make_pipeline  # tests/transport/resume_peer.py
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 
 PEER = str(Path(__file__).with_name("resume_peer.py"))
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 EPOCHS = 2
 PORTIONS = 2
 
@@ -51,10 +53,10 @@ class Search:
     """A served stream (zshare or zsplit) and its three jobs "a", "b" and "x" (resume_peer.py): a and
     b stop after `hold` batches until the restarted x has its first (`restart_x`)."""
 
-    def __init__(self, popen, tmp_path: Path, port: int, replay: int, scheme: str, hold: int):
+    def __init__(self, popen, tmp_path: Path, port: int, replay: int, scheme: str, hold: int, ray: bool = False):
         self.popen, self.tmp, self.url = popen, tmp_path, f"zjoin://127.0.0.1:{port}"
         self.server = popen.python(PEER, "serve", f"{scheme}://127.0.0.1:{port}", "--replay", str(replay),
-                                   stdout=subprocess.PIPE, text=True)
+                                   "--ray", str(int(ray)), stdout=subprocess.PIPE, text=True)
         self.go, self.held = tmp_path / "go", [tmp_path / f"{name}.held" for name in ("a", "b")]
         self.others = [self.job(name, "--hold-at", str(hold), "--held", str(mark), "--hold-file", str(self.go))
                        for name, mark in zip(("a", "b"), self.held)]
@@ -74,9 +76,10 @@ class Search:
         return out
 
 
-@pytest.mark.parametrize("replay", [64, 2], ids=["within-replay", "beyond-replay"])
-def test_a_restarted_job_gets_exactly_the_rest_of_its_epoch(popen, tmp_path, free_port, replay):
-    search = Search(popen, tmp_path, free_port(), replay, "zshare", hold=25)
+@pytest.mark.parametrize("replay, ray", [(64, False), (2, False), pytest.param(2, True, marks=needs_ray)],
+                         ids=["within-replay", "beyond-replay", "beyond-replay-ray-actors"])
+def test_a_restarted_job_gets_exactly_the_rest_of_its_epoch(popen, tmp_path, free_port, replay, ray):
+    search = Search(popen, tmp_path, free_port(), replay, "zshare", hold=25, ray=ray)
     victim, out = search.job("x", "--die-after", "7")
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert len(batches(out)) == 7

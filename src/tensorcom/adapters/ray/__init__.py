@@ -42,6 +42,7 @@ epochs, restarts and reports); this module holds the entry points and checks the
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any, Callable
@@ -54,6 +55,7 @@ from tensorcom.pipeline.serving import (
     ServeJob,
     assign_urls,
     check_spec,
+    resolve,
     resume_plan,  # serve()'s one rule for `resume`
 )
 from tensorcom.pipeline.shared_serving import is_sharing
@@ -146,6 +148,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
 
             hub = Hub(url, curve=curve, input_host=host or node_address(ray),
                       min_consumers=min_consumers, **(sharing or {}))
+            attach_catch_up_of(hub, feeds)
         elif min_consumers != 1 or sharing:
             raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
@@ -167,6 +170,16 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
             if own_ray:
                 ray.shutdown()
         raise
+
+
+def attach_catch_up_of(hub: Any, feeds: list) -> None:
+    """Give the driver's hub a catch-up worker (tensorcom.pipeline.catch_up: a local process that makes
+    again what a restarted job lacks and the replay buffer no longer holds) when the actors serve one
+    pipeline spec; Ray Data feeds cannot be made again (their order is not reproducible)."""
+    if feeds and all(isinstance(feed, PipelineFeed) for feed in feeds):
+        from tensorcom.pipeline.catch_up import attach_catch_up
+
+        attach_catch_up(hub, functools.partial(resolve, feeds[0].spec))
 
 
 def actor_options(index: int, resources: dict | None, placement_group: Any, max_restarts: int) -> dict:
