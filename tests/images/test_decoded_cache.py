@@ -116,11 +116,11 @@ def augmented(tree, directory, workers=0, processes=True, **options):
     return pipeline.parallel(workers, processes=processes) if workers else pipeline
 
 
-def test_the_same_seed_gives_the_same_batches_from_the_cache_or_not(tree, tmp_path):
-    """Cold (decode + store, in 2 worker processes), warm (every image mapped from its file) and with
-    nothing stored (max_bytes=0: every image decoded, as without a cache, on 2 threads): the same bits."""
-    cold = list(augmented(tree, tmp_path, workers=2))
-    warm = list(augmented(tree, tmp_path, workers=2))
+def test_the_same_seed_gives_the_same_batches_from_the_cache_or_not_stage(tree, tmp_path):
+    """Cold (decode + store), warm (every image mapped from its file) and with nothing stored
+    (max_bytes=0: every image decoded, as without a cache), on 2 threads: the same bits."""
+    cold = list(augmented(tree, tmp_path, workers=2, processes=False))
+    warm = list(augmented(tree, tmp_path, workers=2, processes=False))
     uncached = list(augmented(tree, tmp_path / "none", workers=2, processes=False, max_bytes=0))
     assert len(cold) == len(warm) == len(uncached) == 4  # each portion of 6 ends with a batch of 2
     for a, b, c in zip(cold, warm, uncached):
@@ -205,3 +205,23 @@ def test_decoded_images_are_writable_whether_stored_or_not(tree):
     """torch.from_numpy wants writable arrays: a miss's resized image is one, as a hit's map is."""
     data = (tree / "c0" / "0.jpg").read_bytes()
     assert decode_bounded(data, 20).flags.writeable and decode_bounded(data, None).flags.writeable
+
+
+def test_the_servers_pipeline_gives_the_same_bits_from_the_cache_or_not(tree, tmp_path):
+    """dir_pipeline(cache=) with 2 worker processes: cold, warm, and with nothing stored give the same
+    batches, with the labels (order) and random draws of the pipeline without a cache."""
+    from tensorcom.images.imagenet import dir_pipeline
+
+    def run(**cache):
+        return list(dir_pipeline(str(tree), batch_size=4, size=16, workers=2, seed=5, **cache))
+
+    cold, warm = run(cache=str(tmp_path)), run(cache=str(tmp_path))
+    unstored, plain = run(cache=str(tmp_path / "none"), cache_max_bytes=0), run()
+    assert len(entries_of(tmp_path)) == 12 and not entries_of(tmp_path / "none")
+    assert len(cold) == len(warm) == len(unstored) == len(plain) >= 3
+    for a, b, c, d in zip(cold, warm, unstored, plain):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], c[0]) and np.array_equal(a[1], d[1])
+
+
+def entries_of(directory) -> list[str]:
+    return [name for _, _, names in os.walk(directory) for name in names if name.endswith(".ten")]
