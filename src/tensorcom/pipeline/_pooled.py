@@ -9,7 +9,8 @@ Helpers compute ahead of the consumer, so a node's state is never the helpers' p
 position of what the consumer has taken: a map tags each sample with its position and records the
 upstream's state as it hands the sample out; a prefetch and each parallel portion send every item with
 the state right after it (`_node.with_states`); a parallel stage also records whose turn is next. The
-pools themselves keep no state: a restore starts fresh helpers from the recorded positions.
+pools themselves keep no state: a restore gives the helpers (kept across epochs or not) the recorded
+positions, and work they started ahead of it is dropped.
 """
 
 from __future__ import annotations
