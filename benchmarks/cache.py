@@ -135,13 +135,13 @@ def report(rows: list[dict], floor: float, sizes: list[tuple[str, float]]) -> No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (640 images, 3 epochs)")
-    parser.add_argument("--images", type=int, default=None, help="images in the folder (default 2000, quick 640)")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per setup (default 4, quick 3)")
+    parser.add_argument("--quick", action="store_true", help="a short run (3 epochs)")
+    parser.add_argument("--images", type=int, default=3000, help="images in the folder (default 3000, as pipeline.py)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per setup (default 5, quick 3)")
     parser.add_argument("--cache-dir", default=None, help="where the caches go (default: a temporary directory)")
     args = parser.parse_args(argv)
-    count = args.images or (640 if args.quick else 2000)
-    epochs = args.epochs or (3 if args.quick else 4)
+    count = args.images
+    epochs = args.epochs or (3 if args.quick else 5)
     root = make_dataset(count)
     base = tempfile.mkdtemp(prefix="tensorcom-cache-bench-", dir=args.cache_dir)
     print(f"{count} JPEGs of 500x375 in {root}; RandomResizedCrop({SIZE}) + flip, batch {BATCH}, uint8, "
