@@ -48,7 +48,9 @@ def test_statistics_rates_are_the_window_of_tensorcom_rates():
     assert stats.recent_rate() == 1.0 and stats.recent_sample_rate() == 4.0 and stats.recent_throughput() == 1000.0
     snapshot = stats.as_dict()
     assert snapshot == {"batches": 25, "samples": 100, "bytes": 25_000, "batches_per_s": 1.0, "samples_per_s": 4.0,
-                        "MB_per_s": 0.001, "dropped": 0, "duplicates": 0, "lost_markers": 0, "implicit_ends": 0}
+                        "MB_per_s": 0.001, "data_wait_s": 0.0, "step_s": 0.0, "data_wait": 0.0,
+                        "recent_data_wait": 0.0, "dropped": 0, "duplicates": 0, "lost_markers": 0,
+                        "implicit_ends": 0}
     assert "1.0 msg/s 4.0 samples/s" in stats.summary()
     clock.now = 44.0  # nothing for 20 s: the window is empty
     assert stats.recent_sample_rate() == 0.0 and stats.count == 25

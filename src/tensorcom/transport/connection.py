@@ -23,6 +23,9 @@ instead of waiting for ever (`tensorcom.transport.liveness`). Closing a sender d
 to every connected peer, however slow, or raises `Undelivered` saying how much may be lost. Lost
 end-of-epoch markers (PUB/SUB) are made up for by the epoch book.
 
+Data wait: a receiver times its loop, blocked in recv()/iteration until a batch is there and the
+caller's step between batches (`stats.data_wait`, tensorcom.transport.data_wait).
+
 Resume: batches from `tensorcom.serve` carry their portion (stream, worker i of N) and epoch; the
 receiver records what it was handed (`tensorcom.transport.resume`), `state_dict()` / `save_state()`
 return / write it, and a server restarted from it sends exactly the rest.
@@ -62,6 +65,14 @@ SHARING_ENDS = (SharingServerEnd, JoinerEnd)
 # is finalized with everything only it reaches, in no set order; held here, its end and sockets stay
 # reachable, so its __del__ closes them (monitors first) before pyzmq could finalize one unclosed.
 _OPEN_ENDS: dict[int, Any] = {}
+
+
+def _skip_markers(end: Any) -> Any:
+    """The next batch of a receiving end, past end-of-epoch markers."""
+    batch = end.next_batch()
+    while batch is EPOCH_END:
+        batch = end.next_batch()
+    return batch
 
 
 def _option(group: str, name: str) -> property:
@@ -356,10 +367,7 @@ class Connection:
         """The next batch (a list for list/tuple batches, a dict for dict batches), or the raw frames
         when `raw`. End-of-epoch markers are recorded and skipped. Raises RecvTimeout after `timeout`."""
         end = self._receiving_end()
-        batch = end.next_batch()
-        while batch is EPOCH_END:
-            batch = end.next_batch()
-        return batch
+        return self._intake.wait_for(lambda: _skip_markers(end))
 
     def items(self, report: int | None = None) -> Iterator[Any]:
         """Iterate over the batches of one epoch (see the module docstring for when it ends).

@@ -1,9 +1,11 @@
 """Running statistics of a connection: message rate, byte throughput, samples, dropped batches and
-lost end-of-epoch markers.
+lost end-of-epoch markers, and a receiver's data wait.
 
 `Statistics` keeps totals since `reset()` and rates over the window of tensorcom.rates (the one rate
 definition: the last 10 s; docs/monitoring.md). `SequenceTracker` counts batches lost on lossy PUB/SUB links from gaps in the
-per-sender sequence numbers of protocol v2 (a sender's resends fill the gaps they leave).
+per-sender sequence numbers of protocol v2 (a sender's resends fill the gaps they leave). A receiver's
+`waits` (tensorcom.transport.data_wait.DataWait) measure its loop's time blocked on the next batch and
+its step between batches: `data_wait_s`, `step_s`, `data_wait`, `recent_data_wait`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from typing import Callable
 
 from tensorcom.rates import Rates
+from tensorcom.transport.data_wait import DataWait
 
 
 class SequenceTracker:
@@ -61,17 +64,22 @@ class Statistics:
     (an epoch's batches arrived after its sender's marker should have), `implicit_ends` the passes that
     such a batch ended (a stand-in for the lost marker; tensorcom.transport.epochs). `horizon` (0.1's
     `stats_horizon`, a message count) is checked and kept for compatibility: the window is in seconds.
+    A receiver's data wait, read on `waits` (fed by its intake, timed by `wait_clock`): `data_wait_s`
+    and `step_s` (seconds in total), `data_wait` (the fraction blocked in total) and `recent_data_wait`
+    (the fraction over the window); all zero for a sender.
     """
 
-    def __init__(self, horizon: int = 1000, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, horizon: int = 1000, clock: Callable[[], float] = time.monotonic,
+                 wait_clock: Callable[[], float] = time.perf_counter):
         if not isinstance(horizon, int) or horizon < 2:
             raise ValueError(f"stats_horizon must be an int >= 2, got {horizon!r}")
-        self.horizon, self.clock = horizon, clock
+        self.horizon, self.clock, self.wait_clock = horizon, clock, wait_clock
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (the dropped and lost-marker counts included)."""
         self.rates = Rates(clock=self.clock)
+        self.waits = DataWait(self.wait_clock)
         self.dropped = 0
         self.duplicates = 0  # batches received twice (resends of what had come) and skipped
         self.lost_markers = 0
@@ -95,6 +103,26 @@ class Statistics:
         """Bytes since reset()."""
         return self.rates.totals[2]
 
+    @property
+    def data_wait_s(self) -> float:
+        """Seconds the receiving loop was blocked waiting for a batch, since reset()."""
+        return self.waits.wait_s
+
+    @property
+    def step_s(self) -> float:
+        """Seconds between handing a batch over and being asked for the next (the user's step)."""
+        return self.waits.step_s
+
+    @property
+    def data_wait(self) -> float:
+        """data_wait_s / (data_wait_s + step_s): the fraction of the loop's time blocked on data."""
+        return self.waits.fraction
+
+    @property
+    def recent_data_wait(self) -> float:
+        """The fraction blocked on data over the window."""
+        return self.waits.recent_fraction
+
     def rate(self) -> float:
         """Messages per second since the first message."""
         return self.rates.rates(overall=True)["batches_per_s"]
@@ -116,9 +144,11 @@ class Statistics:
         return self.rates.rates()["samples_per_s"]
 
     def as_dict(self) -> dict:
-        """A JSON-ready snapshot: totals, rates over the window (tensorcom.rates keys), dropped."""
+        """A JSON-ready snapshot: totals, rates over the window (tensorcom.rates keys), dropped, and
+        the data wait (data_wait_s, step_s, data_wait, recent_data_wait)."""
         return {
             **self.rates.as_dict(),
+            **self.waits.as_dict(),
             "dropped": self.dropped,
             "duplicates": self.duplicates,
             "lost_markers": self.lost_markers,

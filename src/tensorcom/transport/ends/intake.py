@@ -7,9 +7,12 @@ transforms and converters.
     intake.marker(message)            # an end-of-epoch marker: the resume record notes its portion
     intake.pass_ended()               # a pass completed: epoch_number (and the record's passes) + 1
     for batch in intake.one_pass(end.next_batch): ...   # the batches of one pass (Connection.items)
+    batch = intake.wait_for(next_batch)   # one call, timed as the loop's data wait (Connection.recv)
 
 Pure: no sockets. Counters: `count` (samples received), `batch_size` (of the last batch),
-`epoch_number` (passes completed), `consumed` (the Consumption record).
+`epoch_number` (passes completed), `consumed` (the Consumption record). Every batch asked for through
+`wait_for` / `one_pass` is timed in `stats.waits` (tensorcom.transport.data_wait): blocked until
+it is there, then the caller's step until it asks again.
 """
 
 from __future__ import annotations
@@ -64,6 +67,16 @@ class Intake:
         self.epoch_number += 1
         self.consumed.passes = self.epoch_number
 
+    def wait_for(self, next_batch: Callable[[], Any]) -> Any:
+        """next_batch(), its time counted as the loop's data wait (and the time since the previous
+        call returned as its step); what it returns or raises."""
+        waits = self.stats.waits
+        waits.waiting()
+        try:
+            return next_batch()
+        finally:
+            waits.got()
+
     def one_pass(self, next_batch: Callable[[], Any], report: int | None = None) -> Iterator[Any]:
         """The batches `next_batch()` returns until it returns EPOCH_END, at most `passing.epoch` of
         them, and none once `passing.total` samples (when > 0) were received; a statistics line to
@@ -73,7 +86,7 @@ class Intake:
         while yielded < self.passing.epoch:
             if 0 < self.passing.total <= self.count:
                 return
-            batch = next_batch()
+            batch = self.wait_for(next_batch)
             if batch is EPOCH_END:
                 return
             yielded += 1

@@ -1,0 +1,105 @@
+"""A job's *data wait*: the share of its loop's time spent blocked waiting for the next batch.
+
+    waits = DataWait(clock=time.perf_counter)
+    waits.waiting()      # the loop asks for the next batch (recv, __next__): its step ended
+    waits.got()          # the batch is there (or the wait ended otherwise): the wait ended
+    waits.wait_s, waits.step_s       # total seconds blocked / between batches (the user's step)
+    waits.fraction                   # wait / (wait + step) since the first event: the data wait
+    waits.recent_fraction            # the same over the window of tensorcom.rates (the last 10 s)
+
+The time from `waiting()` to `got()` is wait; from `got()` to the next `waiting()` is step (the
+user's work on the batch it was handed). An interval still open when a figure is read counts up to
+that moment, so a job stuck waiting shows it at once. Two clock reads per batch; the window keeps
+one snapshot per batch in a tensorcom.rates.Rates (bounded memory, no extra clock read). Pure:
+standard library only, the clock injectable. Connection.stats (tensorcom.transport.stats) holds one;
+the receiving ends' intake (tensorcom.transport.ends.intake) feeds it; docs/monitoring.md.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from tensorcom.rates import WINDOW, Rates
+
+_SCALE = 1e9  # the window's Rates keeps integer nanoseconds (its totals are counts)
+
+
+class DataWait:
+    """Wait and step times of one receiving loop (module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, window: float = WINDOW):
+        self.clock = clock
+        self.wait_total = self.step_total = 0.0  # closed intervals only
+        self.since: float | None = None  # when the open interval began
+        self.blocked = False  # the open interval is a wait (else a step)
+        self.now = 0.0  # the last clock reading: the window's clock
+        self.window = Rates(window=window, clock=lambda: self.now)
+
+    def waiting(self) -> None:
+        """The loop asks for the next batch: the step since the last got() (if any) ends."""
+        now = self.clock()
+        if self.since is not None and not self.blocked:
+            self.step_total += now - self.since
+        self.since, self.blocked = now, True
+
+    def got(self) -> None:
+        """The wait begun by waiting() ended (a batch, an end of pass, an error); a step begins."""
+        now = self.now = self.clock()
+        if self.since is not None and self.blocked:
+            self.wait_total += now - self.since
+        self.since, self.blocked = now, False
+        self.window.update(int(self.wait_total * _SCALE), int(self.step_total * _SCALE))
+
+    def _open(self) -> tuple[float, float, float]:
+        """(now, wait, step) of the open interval, read now."""
+        now = self.clock()
+        if self.since is None:
+            return now, 0.0, 0.0
+        return (now, now - self.since, 0.0) if self.blocked else (now, 0.0, now - self.since)
+
+    def totals(self) -> tuple[float, float]:
+        """(wait, step) seconds since the first event, the open interval included."""
+        _, wait, step = self._open()
+        return self.wait_total + wait, self.step_total + step
+
+    @property
+    def wait_s(self) -> float:
+        return self.totals()[0]
+
+    @property
+    def step_s(self) -> float:
+        return self.totals()[1]
+
+    @property
+    def fraction(self) -> float:
+        """wait / (wait + step) since the first event; 0.0 before any time passed."""
+        return _fraction(*self.totals())
+
+    @property
+    def recent_fraction(self) -> float:
+        """wait / (wait + step) over the last `window` seconds, the open interval included."""
+        now, wait, step = self._open()
+        closed_wait, closed_step = self._window_totals(now)
+        return _fraction(closed_wait + wait, closed_step + step)
+
+    def _window_totals(self, now: float) -> tuple[float, float]:
+        """(wait, step) of the closed intervals that ended within the window before `now`."""
+        self.now = max(self.now, now)
+        rates, first = self.window.rates(), self.window.first
+        if first is None:
+            return 0.0, 0.0
+        seconds = self.now - max(first, self.now - self.window.window)
+        if seconds <= 0:  # read at the moment of the first event: the window holds everything
+            return self.wait_total, self.step_total
+        return (rates["batches_per_s"] * seconds / _SCALE, rates["samples_per_s"] * seconds / _SCALE)
+
+    def as_dict(self) -> dict[str, float]:
+        """{"data_wait_s", "step_s", "data_wait", "recent_data_wait"}: totals in seconds, fractions."""
+        wait, step = self.totals()
+        return {"data_wait_s": wait, "step_s": step, "data_wait": _fraction(wait, step),
+                "recent_data_wait": self.recent_fraction}
+
+
+def _fraction(wait: float, step: float) -> float:
+    return wait / (wait + step) if wait + step > 0 else 0.0
