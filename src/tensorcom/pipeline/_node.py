@@ -77,7 +77,12 @@ class Counting(Node):
 
 
 def skip(node: Iterator[Any], count: int) -> int:
-    """Take and drop `count` items of `node`; returns how many there were (fewer at its end)."""
+    """Take and drop `count` items of `node`; returns how many there were (fewer at its end). A node
+    with a `pass_over(count)` method (a 1:1 map, a batch) passes over them without computing them,
+    where what comes after is the same either way (its randomness is keyed by position)."""
+    pass_over = getattr(node, "pass_over", None)
+    if pass_over is not None:
+        return pass_over(count)
     return sum(1 for _ in itertools.islice(node, count))
 
 

@@ -7,14 +7,17 @@ lacks and the server's replay buffer no longer holds (tensorcom.transport.sharin
 
 Each call's requests run in ONE spawned process (tensorcom.pipeline.processes), one run at a time,
 requests that arrive meanwhile in the next run: for each (stream, epoch, portion v of V, indices)
-it builds portion v's pipeline as serving process v of V does (`pipeline.shard(v, V)`, the
-epoch set), passes over every batch not asked for (pipelines are deterministic given seed, epoch
-and portion) and sends the asked ones to the server's catch-up input (`CatchUpFeed`), which hands them to
-the consumers that lack them only. It stops reading a portion after its last asked batch. The
-process's messages to the owner are its counts: ("item", 0, 1) per batch sent; `made` counts them
-(the CPU a catch-up costs is for those and the ones passed over before them). A failed run is
-kept in `failure`, warned about, and its requests are handed back by `take_failed()`, which the
-server polls to give them up (the consumers waiting for them go on without them; the server's other
+it builds portion v's pipeline as serving process v of V does (`pipeline.shard(v, V)`, the epoch
+set), passes over every batch not asked for and sends the asked ones to the server's catch-up input
+(`CatchUpFeed`), which hands them to the consumers that lack them only. It stops reading a portion
+after its last asked batch. Passing over is exact (a pipeline is deterministic given seed, epoch and
+portion) and cheap: a batch or map stage passes over without collating or calling its function (its
+randomness is keyed by position, tensorcom.pipeline._node.skip), so the CPU a catch-up costs is for
+the batches it makes again plus the stages that must see every sample (source, shuffle buffer,
+filter, and the maps before them). The process's messages to the owner are its counts: ("item", 0,
+1) per batch sent; `made` counts them. A failed run is kept in `failure`, warned about, and its
+requests are handed back by `take_failed()`, which the server polls to give them up (the consumers
+waiting for them go on without them; the server's other
 consumers are not affected). Who shuts down: close() stops the run and joins the thread.
 """
 
@@ -26,6 +29,7 @@ import sys
 import threading
 from typing import Any, Iterator
 
+from tensorcom.pipeline._node import skip
 from tensorcom.pipeline.processes import Entry, Processes
 
 POLL = 0.1  # seconds between the thread's looks at its stop event
@@ -39,20 +43,31 @@ def regenerate(make: Any, address: str, asks: list, _payload: Any) -> Iterator[i
     feed = CatchUpFeed(address)
     try:
         for ask in asks:
-            wanted, last = set(ask.indices), max(ask.indices)
             source = made.shard(ask.portion, ask.workers)
             source.set_epoch(ask.epoch)
             try:
-                for index, batch in enumerate(source):
-                    if index in wanted:
-                        feed.send(ask, index, batch)
-                        yield 1
-                    if index >= last:
-                        break
+                for index, batch in asked_batches(iter(source), ask.indices):
+                    feed.send(ask, index, batch)
+                    yield 1
             finally:
                 source.close()
     finally:
         feed.close()
+
+
+def asked_batches(batches: Iterator[Any], indices: Any) -> Iterator[tuple[int, Any]]:
+    """(index, batch) for the batches of one portion's epoch whose index is in `indices`, in order;
+    the runs of batches before and between them are passed over (pipeline._node.skip: a map or batch
+    stage does not compute what it passes over), and nothing is read past the last one."""
+    position = 0
+    for index in sorted(set(indices)):
+        if index > position and skip(batches, index - position) < index - position:
+            return  # the portion ended before it
+        batch = next(batches, None)
+        if batch is None:
+            return
+        yield index, batch
+        position = index + 1
 
 
 class CatchUpWorker:

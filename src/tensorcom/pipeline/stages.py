@@ -24,7 +24,7 @@ import numpy as np
 
 from tensorcom.batch import default_collate, rows
 from tensorcom.fieldspec import Spec, parse_fields, pick_fields, select_fields
-from tensorcom.pipeline._node import Counting, Node, Passing, State, upstream_state
+from tensorcom.pipeline._node import Counting, Node, Passing, State, skip, upstream_state
 
 Sample = Any
 Collate = Callable[[list], Any]
@@ -78,6 +78,13 @@ class Mapped(Counting):
         self.position += 1
         return call(self.fn, sample, self.rng_key, self.position - 1)
 
+    def pass_over(self, count: int) -> int:
+        """Skip `count` samples without calling fn (the next sample's rng is keyed by its position
+        all the same); returns how many there were."""
+        done = skip(self.up, count)
+        self.position += done
+        return done
+
 
 class Filtered(Passing):
     """The samples for which predicate(sample) is true; no state of its own."""
@@ -104,6 +111,13 @@ class Batched(Passing):
         if not group or (len(group) < self.size and not self.partial):
             raise StopIteration
         return self.collate(group)
+
+    def pass_over(self, count: int) -> int:
+        """Skip `count` batches without collating them (their samples passed over upstream); returns
+        how many batches there were."""
+        done = skip(self.up, count * self.size)
+        whole, rest = divmod(done, self.size)
+        return whole + (1 if rest and self.partial else 0)
 
 
 class Unbatched(Node):
