@@ -19,6 +19,7 @@ from tensorcom.pipeline._pooled import MapPlan, Parallel, Prefetched, Tagged, Wo
 from tensorcom.pipeline._portions import PortionPool, shard_parallel
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced, sliced_length
+from tensorcom.pipeline.stage_times import stage_names
 from tensorcom.pipeline.stages import Batched, FieldSelector, FieldTuple, Filtered, Mapped, Repeated, Unbatched
 from tensorcom.pipeline.workers import WorkerPool
 
@@ -26,7 +27,8 @@ CUTS = ("repeat", "parallel")
 
 
 def build_chain(p: Any, count: int, epoch: int) -> Node:
-    """The node chain of `p.steps[:count]` on p's portion (p.worker of p.num_workers) for `epoch`."""
+    """The node chain of `p.steps[:count]` on p's portion (p.worker of p.num_workers) for `epoch`;
+    with a StageClock in p._clock (tensorcom.pipeline.stage_times.timed) each node is timed."""
     cuts = [i for i in range(count) if p.steps[i].kind in CUTS]
     if cuts:
         node = (_parallel if p.steps[cuts[-1]].kind == "parallel" else _repeated)(p, cuts[-1], epoch)
@@ -34,8 +36,14 @@ def build_chain(p: Any, count: int, epoch: int) -> Node:
     else:
         node = p.source.open(seed=p.seed, epoch=epoch, worker=p.worker, num_workers=p.num_workers)
         start = 0
+    clock = p.__dict__.get("_clock")
+    names = stage_names("read", p.steps) if clock is not None else []
+    if clock is not None:
+        node = clock.timed(node, names[start])
     for index in range(start, count):
         node = _stage(p, index, node, epoch)
+        if clock is not None and p.steps[index].kind != "with_length":
+            node = clock.timed(node, names[index + 1])
     return node
 
 
@@ -53,7 +61,7 @@ def _parallel(p: Any, index: int, epoch: int) -> Node:
     come from a PortionPool kept in p._pools for this step and portion, so they live across epochs
     (threads, or a pool already busy with another iterator: started for this epoch)."""
     args = p.steps[index].args
-    upstream = p._copy(steps=p.steps[:index], _pools={})
+    upstream = p._copy(steps=p.steps[:index], _pools={}, _clock=None)  # timed as a whole, here
     pool = None
     if args["processes"]:
         key = (p.steps[index], p.worker, p.num_workers)

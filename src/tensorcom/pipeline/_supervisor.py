@@ -9,10 +9,14 @@ processes, read their messages, report rates, stop them.
     supervisor.close()                   # always: stops what is left
 
 The processes are the process owner's (tensorcom.pipeline.processes): each runs the one worker loop
-on its one task, work(stop, barrier, i), and answers on its pipe: ("item", i, (batches, samples)),
-then ("end", i, count) or ("error", i, Failure). Reports (tensorcom.rates.RateReport): a rate line on stderr
+on its one task, work(stop, barrier, i), and answers on its pipe: ("item", i, (batches, samples)) or
+("item", i, (batches, samples, stage record)) (tensorcom.pipeline.stage_times: its seconds per stage), then ("end", i, count) or ("error", i, Failure). Reports (tensorcom.rates.RateReport): a rate line on stderr
 every `report` seconds from the first batch (rates over the window of tensorcom.rates), with one line per consumer
-of a sharing server, or `on_report(stats)` instead.
+of a sharing server, or `on_report(stats)` instead. With stage records the stats also say where the
+time went: "stages" {name: {"seconds", "share", "per_sample_ms"}} summed over the processes, "idle_s"
+(the processes' seconds in send: waiting on the consumers), "busy_s" (every other stage) and a
+"verdict" (stage_times.verdict, from the consumers' data wait when a sharing server knows it); the
+rate line ends with the verdict and the top stage.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from tensorcom.pipeline import stage_times
 from tensorcom.pipeline.processes import Entry, Processes
 from tensorcom.rates import RateReport
 
@@ -35,6 +40,7 @@ class Supervisor:
         self.barrier: Any = None
         self.workers = 0
         self.counts: dict[int, tuple[int, int]] = {}
+        self.records: dict[int, stage_times.Record] = {}  # each process's latest stage record
         self.reports = RateReport(report, on_report, hub)  # a sharing server's consumers join the reports
 
     def launch(self, work: Callable[[Any, Any, int], Any], count: int) -> None:
@@ -53,7 +59,9 @@ class Supervisor:
         if kind == "error":
             raise value.error("serving worker")
         if kind == "item":
-            self.counts[index] = value
+            self.counts[index] = tuple(value[:2])
+            if len(value) > 2:
+                self.records[index] = value[2]
             self.reports.add(self.totals())
 
     def wait(self) -> None:
@@ -70,7 +78,21 @@ class Supervisor:
     def stats(self, overall: bool = False) -> dict:
         """Totals, and rates over the window of tensorcom.rates (the last 10 s, counted from the first
         batch; since the first batch when `overall`)."""
-        return {**self.reports.stats(self.totals(), overall), "workers": self.workers}
+        return {**self.reports.stats(self.totals(), overall), "workers": self.workers, **self.where_time_goes()}
+
+    def where_time_goes(self) -> dict:
+        """{"stages", "idle_s", "busy_s", "verdict"} from the processes' stage records ({} without).
+        Reads copies, so another thread may call it (the metrics endpoint)."""
+        records, counts = list(self.records.values()), list(self.counts.values())  # C-level copies
+        if not records:
+            return {}
+        record = stage_times.merge(records)
+        idle = record.get("send", [0.0])[0]
+        busy = sum(seconds for name, (seconds, _) in record.items() if name != "send")
+        consumers = [] if self.reports.hub is None else self.reports.hub.server.status
+        waits = [_wait_share(c.get("data_wait")) for c in consumers]
+        return {"stages": stage_times.summary(record, sum(s for _, s in counts)), "idle_s": idle, "busy_s": busy,
+                "verdict": stage_times.verdict(waits, idle, busy)}
 
     def maybe_report(self, force: bool = False) -> None:
         """Report every `report` seconds from the first batch (and at the end when `force`); nothing
@@ -86,6 +108,17 @@ class Supervisor:
         self.owner.close()
 
 
+def _wait_share(value: Any) -> float | None:
+    """A consumer's data wait as a share of its time: a number, or a stats dict's "share"/"fraction"."""
+    if isinstance(value, dict):
+        value = value.get("share", value.get("fraction"))
+    return value if isinstance(value, (int, float)) else None
+
+
 def _rate_line(stats: dict) -> str:
-    return (f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
+    line = (f"serve: {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
             f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)")
+    if "verdict" not in stats:
+        return line
+    top = stage_times.top_stage(stats["stages"])
+    return f"{line}; {stats['verdict']}" + (f"; {top}" if top else "")

@@ -10,11 +10,19 @@ turn, every batch with its `index` (its position within the portion's epoch); a 
 sends its end-of-epoch marker. Batches a resumed consumer already has (`taken(epoch, v)`, an
 IndexSet) are regenerated and passed over (`untaken`). Pure of processes: the caller owns the
 connections and the pipelines and closes them.
+
+With a StageClock (tensorcom.pipeline.stage_times; the lanes' pipelines timed with it) the time in
+`conn.send` is counted as the stage "send": encoding the batch (headers only: its arrays go out
+zero-copy) and handing it to ZeroMQ, which blocks while the socket's queue is full or the consumers
+gave no credit. The Connection does not split the two, and the encoding is small beside the wait,
+so the reports count "send" as the process's idle time (waiting on its consumers), every other
+stage as busy time.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -53,16 +61,18 @@ class _Progress:
         self.batches, self.samples = self.batches + 1, self.samples + _samples_in(batch)
         return self.due.due()
 
-    def report(self) -> tuple[int, int]:
-        return self.batches, self.samples
+    def report(self, clock: Any = None) -> tuple:
+        """(batches, samples), with the clock's record (stage_times.StageClock.record) when timed."""
+        return (self.batches, self.samples) if clock is None else (self.batches, self.samples, clock.record())
 
 
 def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: Any, barrier: Any,
-                taken: Callable[[int, int], IndexSet] | None = None) -> Iterator[tuple[int, int]]:
+                taken: Callable[[int, int], IndexSet] | None = None, clock: Any = None) -> Iterator[tuple]:
     """Send each epoch of every lane (module docstring), each lane's batches followed by its marker;
     after an epoch wait at `barrier` for the other processes, so that no process's next epoch
     overtakes another's markers. Yields the counts (batches, samples) sent so far when a report is
-    due and after each epoch. `taken(epoch, v)`: the batch indices the consumers already have."""
+    due and after each epoch. `taken(epoch, v)`: the batch indices the consumers already have.
+    `clock`: a StageClock that times the sends (module docstring); the counts then carry its record."""
     progress = _Progress()
     epoch = first_epoch
     while (epochs is None or epoch < first_epoch + epochs) and not stop.is_set():
@@ -82,10 +92,13 @@ def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: A
                     lane.conn.end_epoch()
                     active.remove(item)
                     continue
+                start = time.perf_counter()
                 lane.conn.send(found[1], copy=False, index=found[0])  # the pipeline lets it go: zero-copy
+                if clock is not None:
+                    clock.add("send", time.perf_counter() - start)
                 if progress.add(found[1]):
-                    yield progress.report()
-        yield progress.report()  # an epoch's counts reach the report even if the next send blocks
+                    yield progress.report(clock)
+        yield progress.report(clock)  # an epoch's counts reach the report even if the next send blocks
         barrier.wait()
         epoch += 1
 

@@ -1,0 +1,83 @@
+"""Where the time goes in tensorcom.serve: stage records from real serving processes to real sockets."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from tensorcom.pipeline import Pipeline
+from tensorcom.pipeline._supervisor import _rate_line
+from tensorcom.pipeline.serving import serve
+from tensorcom.transport.connection import Connection
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+
+def to_sample(i):
+    return {"i": np.int32(i), "x": np.full(4, i, np.int32)}
+
+
+def busy_work(sample):
+    """A fixed amount of computation (no sleep): the slow stage."""
+    total = 0
+    for k in range(200_000):
+        total += k
+    return {**sample, "t": np.int64(total)}
+
+
+def megabyte(i):
+    return {"i": np.int32(i), "x": np.zeros(1 << 20, np.uint8)}
+
+
+def serving(*args, **kwargs):
+    """serve(*args, **kwargs) in a thread: (thread, result dict with "stats" or "error")."""
+    result = {}
+
+    def run():
+        try:
+            result["stats"] = serve(*args, **kwargs)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_the_slow_map_is_the_top_stage(free_port):
+    port = free_port()
+    pipeline = Pipeline(range(12)).map(to_sample).map(busy_work).batch(4)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = serving(pipeline, f"zpush://127.0.0.1:{port}", report=None)
+        assert sorted(int(i) for b in conn for i in b["i"]) == list(range(12))
+        thread.join(timeout=30)
+    stats = result["stats"]
+    stages = stats["stages"]
+    assert list(stages) == ["read", "to_sample", "busy_work", "batch", "send"]
+    assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0)
+    assert max(stages, key=lambda name: stages[name]["share"]) == "busy_work"
+    assert stats["busy_s"] > stats["idle_s"] and stats["verdict"] != "server waiting on consumers: it keeps up"
+    assert "; busy_work " in _rate_line(stats)
+
+
+def test_a_consumer_that_does_not_read_leaves_the_server_waiting(free_port):
+    """The consumer reads nothing until the reports show the server stalled (its batch count the
+    same in several reports in a row), so the server's time goes to waiting in send."""
+    port = free_port()
+    reports, stalled = [], threading.Event()
+
+    def on_report(stats):
+        reports.append(stats["batches"])
+        if len(reports) >= 6 and reports[-1] > 0 and len(set(reports[-6:])) == 1:
+            stalled.set()
+
+    pipeline = Pipeline(range(12)).map(megabyte).batch(1)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
+        thread, result = serving(pipeline, f"zpush://127.0.0.1:{port}", report=0.05, on_report=on_report,
+                                 connection_options={"sndhwm": 1})
+        assert stalled.wait(timeout=30)
+        assert len(list(conn)) == 12
+        thread.join(timeout=30)
+    stats = result["stats"]
+    assert stats["idle_s"] > stats["busy_s"] and stats["stages"]["send"]["share"] > 0.5
+    assert stats["verdict"] == "server waiting on consumers: it keeps up"
