@@ -2,7 +2,9 @@
 
 import pytest
 
-from tensorcom.transport.data_wait import DataWait
+from tensorcom.transport.data_wait import DataWait, ReportedWait
+from tensorcom.transport.sharing import control
+from tensorcom.transport.sharing.books import Item, ShareBook
 from tensorcom.transport.stats import Statistics
 
 
@@ -65,3 +67,39 @@ def test_statistics_expose_the_data_wait_and_reset_forgets_it():
     assert stats.as_dict()["data_wait"] == 0.75
     stats.reset()
     assert (stats.data_wait_s, stats.step_s, stats.data_wait) == (0.0, 0.0, 0.0)
+
+
+def test_a_reported_wait_gives_the_recent_fraction_of_the_totals_growth():
+    clock = Clock()
+    reported = ReportedWait(clock)
+    assert reported.as_dict() == {"data_wait": 0.0, "data_wait_s": 0.0}
+    reported.update(10.0, 30.0)  # a consumer that reported first after 40 s of work
+    clock.now = 20.0
+    reported.update(12.0, 32.0)  # since then: 2 s waiting, 2 s stepping
+    assert reported.as_dict() == {"data_wait": 0.5, "data_wait_s": 12.0}
+    clock.now = 100.0  # no report for long: the window is empty, the totals speak
+    assert reported.as_dict() == {"data_wait": round(12 / 44, 3), "data_wait_s": 12.0}
+
+
+def test_an_ack_with_or_without_data_wait_fields():
+    old = control.decode(control.encode("ack", upto=3))  # an older consumer's ack
+    assert old["upto"] == 3 and control.data_wait(old) is None
+    new = control.decode(control.encode("ack", upto=4, wait=1.5, step=0.5))
+    assert control.data_wait(new) == (1.5, 0.5)
+    for bad in ({"wait": "x", "step": 1.0}, {"wait": True, "step": 1.0}, {"wait": -1.0, "step": 1.0}, {"wait": 1.0}):
+        assert control.data_wait(bad) is None
+
+
+def test_the_book_keeps_each_consumers_last_reported_data_wait():
+    book = ShareBook(replay=4)
+    book.join("a", "job-a", credit=2)
+    book.join("b", "job-b", credit=2)
+    for pos in range(2):
+        book.add(Item(index=pos, epoch=0, pos=pos, frames=[b"x"], samples=1))
+    book.sends()
+    book.ack("a", 1, (3.0, 1.0))
+    book.ack("b", 1)  # an older consumer: no data wait, acknowledged all the same
+    book.ack("a", 2)  # a later ack without the fields keeps the last values
+    reports = {r["name"]: r for r in book.reports()}
+    assert (reports["job-a"]["acked"], reports["job-a"]["data_wait"], reports["job-a"]["data_wait_s"]) == (2, 0.75, 3.0)
+    assert (reports["job-b"]["acked"], reports["job-b"]["data_wait"], reports["job-b"]["data_wait_s"]) == (1, 0.0, 0.0)

@@ -7,6 +7,10 @@
     waits.fraction                   # wait / (wait + step) since the first event: the data wait
     waits.recent_fraction            # the same over the window of tensorcom.rates (the last 10 s)
 
+    reported = ReportedWait()        # a sharing server's view of one consumer's reported totals
+    reported.update(wait_s, step_s)  # its totals, as its acknowledgements carry them
+    reported.as_dict()               # {"data_wait": recent fraction, "data_wait_s": total}
+
 The time from `waiting()` to `got()` is wait; from `got()` to the next `waiting()` is step (the
 user's work on the batch it was handed). An interval still open when a figure is read counts up to
 that moment, so a job stuck waiting shows it at once. Two clock reads per batch; the window keeps
@@ -99,6 +103,28 @@ class DataWait:
         wait, step = self.totals()
         return {"data_wait_s": wait, "step_s": step, "data_wait": _fraction(wait, step),
                 "recent_data_wait": self.recent_fraction}
+
+
+class ReportedWait:
+    """The last data-wait totals a consumer reported (a sharing server's book keeps one per consumer):
+    `update(wait_s, step_s)` with each report; `as_dict()` gives {"data_wait": the fraction over the
+    window of tensorcom.rates (of the totals' growth; while they did not grow, of the totals),
+    "data_wait_s": the total}, rounded to 3 decimals as every report is."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.wait_s = self.step_s = 0.0
+        self.window = Rates(clock=clock)
+
+    def update(self, wait_s: float, step_s: float) -> None:
+        self.wait_s, self.step_s = wait_s, step_s
+        self.window.update(int(wait_s * _SCALE), int(step_s * _SCALE))
+
+    def as_dict(self) -> dict[str, float]:
+        rates = self.window.rates()  # the wait's and the step's growth over the same seconds
+        recent = _fraction(rates["batches_per_s"], rates["samples_per_s"])
+        if not rates["batches_per_s"] and not rates["samples_per_s"]:
+            recent = _fraction(self.wait_s, self.step_s)
+        return {"data_wait": round(recent, 3), "data_wait_s": round(self.wait_s, 3)}
 
 
 def _fraction(wait: float, step: float) -> float:

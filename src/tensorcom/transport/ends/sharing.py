@@ -133,7 +133,7 @@ class JoinerEnd:
         """Join the servers at `endpoints` (zjoin)."""
         joiner = Joiner(endpoints, context=context, name=name, liveness=socket_options.liveness,
                         timeout=socket_options.timeout, max_message_size=encoding.max_message_size,
-                        secure=security.for_role(False), **sharing.consumer())
+                        secure=security.for_role(False), waits=intake.stats.waits, **sharing.consumer())
         return cls(joiner, intake, endpoints)
 
     @property

@@ -44,11 +44,14 @@ class _Book:
         self._gate_open()
         return consumer
 
-    def ack(self, peer: Any, upto: int) -> None:
-        """A consumer's cumulative acknowledgement (unknown peers are ignored: e.g. a stale session's)."""
+    def ack(self, peer: Any, upto: int, waited: tuple[float, float] | None = None) -> None:
+        """A consumer's cumulative acknowledgement (unknown peers are ignored: e.g. a stale session's),
+        with the data-wait totals (wait, step) it reported, when it did (its last ones are kept)."""
         consumer = self.consumers.get(peer)
         if consumer is not None:
             consumer.ack(upto)
+            if waited is not None:
+                consumer.waited.update(*waited)
 
     def disconnect(self, peer: Any, now: float, quiet: bool = True) -> None:
         """The consumer's connection closed: nothing is sent to it until it resumes (or expires).

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorcom.rates import Rates
+from tensorcom.transport.data_wait import ReportedWait
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Consumer:
     catching: int | None = None  # batches it lacks while it catches up (None: it is live)
     used: set | None = None  # split: the keys (Item.key) of the batches it acknowledged, recent epochs
     rates: Rates = field(default_factory=Rates)  # its acknowledged batches and samples (tensorcom.rates)
+    waited: ReportedWait = field(default_factory=ReportedWait)  # the data wait it last reported
 
     @property
     def free(self) -> int:
@@ -144,8 +146,10 @@ class Consumer:
     def report(self, head: int | None = None) -> dict:
         """Position, lag (items behind the stream's head, share mode), batches and samples acknowledged
         since it joined ("acked", "samples"), its samples_per_s over the window of tensorcom.rates, and
-        credit, and "catching_up" (batches a restarted consumer still lacks; 0 when live), for reports."""
+        credit, "catching_up" (batches a restarted consumer still lacks; 0 when live), and the data wait
+        it reported ("data_wait": recent fraction, "data_wait_s": total; 0 until it reports), for reports."""
         return {"name": self.name, "epoch": self.position[0], "pos": self.position[1],
                 "lag": None if head is None else max(head - self.cursor, 0), "acked": self.batches,
                 "samples": self.samples, "samples_per_s": self.rates.as_dict()["samples_per_s"],
-                "credit": self.credit, "free": self.free, "catching_up": self.catching or 0}
+                "credit": self.credit, "free": self.free, "catching_up": self.catching or 0,
+                **self.waited.as_dict()}

@@ -4,7 +4,8 @@ without sockets (no zmq import), so every rule is testable with plain values.
 The server feeds a book the stream it serves and the consumers' messages, and sends what it says:
 
     book.join(peer, name, credit) -> Welcome       a consumer joined (credit: its prefetch depth)
-    book.ack(peer, upto)                           it consumed its deliveries 1..upto
+    book.ack(peer, upto, waited)                   it consumed its deliveries 1..upto; its data wait
+                                                   (wait, step) s, when reported (the last kept per consumer)
     book.remove(peer)                              it left or died (split: its batches go to others)
     book.can_take()                                may the server take the next item of its stream?
     book.add(item)                                 the next item: a batch or an epoch's end

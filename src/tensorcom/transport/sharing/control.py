@@ -5,7 +5,7 @@ Every message between a sharing server and a consumer starts with one control fr
 frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the whole protocol).
 
     consumer -> server   join {name, credit, observe, shm?, session?, server?, upto?, record?},
-                         ack {upto}, leave {}, shm {ok}
+                         ack {upto, wait?, step?}, leave {}, shm {ok}
     server -> consumer   welcome {server, mode, epoch, pos, resumed?, n?, shm?},
                          batch {n, epoch, pos} + wire frames
                          (or batch {n, epoch, pos, shm: reference}, no frames: handoff),
@@ -18,7 +18,9 @@ are numbered alike by `n`; `record`: a restarted consumer's state, which it catc
                          worker, workers, index} + wire frames (a batch made again for consumers
                          catching up, from the catch-up worker)
 
-`located(error, where)` puts the URL (and which message) before a DecodeError's text.
+An ack's optional `wait` and `step` are the consumer's data-wait totals in seconds
+(tensorcom.transport.data_wait); `data_wait(meta)` reads them, None when absent or malformed (an
+older consumer sends none; an older server ignores them). `located(error, where)` puts the URL (and which message) before a DecodeError's text.
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ def _check(kind: str, fields: dict, error: Any) -> None:
         value = fields.get(name)
         if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
             raise error(f"control {kind!r} needs {name!r} of type {expected.__name__}, got {value!r}")
+
+
+def data_wait(meta: dict) -> tuple[float, float] | None:
+    """(wait, step) seconds of an ack's optional data-wait fields; None unless both are numbers >= 0."""
+    values = meta.get("wait"), meta.get("step")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values):
+        return float(values[0]), float(values[1])
+    return None
 
 
 def located(error: DecodeError, where: str) -> DecodeError:

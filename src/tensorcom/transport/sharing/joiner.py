@@ -87,12 +87,13 @@ class Joiner:
     zmq Context; `credit`: prefetch depth; `batch_size`: rebatch to this many samples (None: as
     sent); `liveness`: seconds; `timeout`: RecvTimeout after that long without a batch (None: wait);
     `max_message_size`: bytes; `observe`: join as an observer (status reports only, no batches);
-    `secure(socket)`: applies security options before connecting."""
+    `secure(socket)`: applies security options before connecting; `waits`: the receiving loop's
+    tensorcom.transport.data_wait.DataWait, whose totals go with each acknowledgement."""
 
     def __init__(self, endpoints: list, *, context: zmq.Context, name: str, credit: int = 4,
                  batch_size: int | None = None, liveness: float | None = 10.0, timeout: float | None = None,
                  max_message_size: int | None = None, observe: bool = False, secure: Any = None,
-                 shm: bool | None = None):
+                 shm: bool | None = None, waits: Any = None):
         self.name, self.credit, self.observe = name, positive("credit", credit), observe
         check_liveness(liveness)
         self.session_id = secrets.token_hex(8)  # this consumer's routing id at every server
@@ -107,6 +108,7 @@ class Joiner:
         self._shm_choice = shm  # None: ask servers on this host (loopback, ipc) unless $TENSORCOM_SHM says no
         self._reader = Reader()
         self._beat = time.monotonic()  # when this thread last ran the joiner (a pause shows as a gap)
+        self.waits = waits  # the caller's DataWait, whose totals each ack reports
         try:
             for endpoint in endpoints:
                 self._open(endpoint, context, secure)
@@ -218,7 +220,7 @@ class Joiner:
         if kind == "end":
             link.ended = True
             if "n" in meta:
-                link.send("ack", upto=meta["n"])
+                self._ack(link, meta["n"])
         elif kind == "status":
             self.status = meta["consumers"]
         elif kind == "bye" and link.session.server is not None:
@@ -248,6 +250,13 @@ class Joiner:
             self._raise_replaced(link, previous)
         link.in_pass = True
 
+    def _ack(self, link: _Link, upto: int) -> None:
+        """Acknowledge deliveries up to `upto`, with the data-wait totals so far (no clock read)."""
+        if self.waits is None:
+            link.send("ack", upto=upto)
+        else:
+            link.send("ack", upto=upto, wait=self.waits.wait_total, step=self.waits.step_total)
+
     def _batch(self, link: _Link, meta: dict, frames: list) -> Any:
         """Acknowledge batch n (also when it turns out malformed: the error is what the caller gets
         for it, and the server's credit goes on) and decode it. A batch handed over in shared memory
@@ -260,7 +269,7 @@ class Joiner:
                 views = [f.buffer for f in frames]
         except DecodeError as exc:
             unreadable = exc
-        link.send("ack", upto=meta["n"])
+        self._ack(link, meta["n"])
         if unreadable is not None:
             where = f"{link.url}: batch {meta['n']}'s shared-memory reference"
             raise control.located(unreadable, where) from unreadable

@@ -306,7 +306,7 @@ class ShareServer(StreamInput):
             self._on_monitor()  # the end of a reconnecting consumer's old connection comes first
             self._welcome(peer, frame.get(zmq.SRCFD), meta)
         elif kind == "ack":
-            self.book.ack(peer, meta["upto"])
+            self.book.ack(peer, meta["upto"], control.data_wait(meta))
         elif kind == "leave":
             self._forget(peer, lost=False)
         elif kind == "shm" and self.arena is not None:
