@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tqdm": ("tqdm", "progress"),
     "pyarrow": ("pyarrow", "parquet"),
     "datasets": ("datasets", "hf"),
+    "prometheus_client": ("prometheus_client", "metrics"),
 }
 
 

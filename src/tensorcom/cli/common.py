@@ -196,6 +196,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def metrics_address(text: str) -> str:
+    """--metrics HOST:PORT, checked (tensorcom.transport.metrics_http.parse_address)."""
+    from tensorcom.transport.metrics_http import parse_address
+
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def nonnegative_int(text: str) -> int:
     """argparse type: an int >= 0."""
     return _argument(checks.non_negative, int, text)
@@ -216,6 +227,9 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
     parser.add_argument("--portions", type=positive_int, default=None, metavar="V",
                         help="split the stream into V portions, fixed for its life, whatever the number of "
                              "publishers (default: one per publisher; with --resume, the state's)")
+    parser.add_argument("--metrics", type=metrics_address, default=None, metavar="HOST:PORT",
+                        help="serve /metrics (Prometheus), /status.json and a live status page on HOST:PORT "
+                             "(port 0: a free one, printed; docs/observability.md; needs tensorcom[metrics])")
     from tensorcom.transport.security import add_curve_arguments
 
     add_curve_arguments(parser, serving=True)
@@ -254,6 +268,10 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
     options: dict = {"resume": args.resume}
     if args.portions is not None:
         options["portions"] = args.portions
+    if args.metrics is not None:
+        if args.ray is not None:
+            raise ValueError("--metrics serves the local publishers' figures; it does not work with --ray yet")
+        options["metrics"] = args.metrics
     curve = curve_from_args(args, serving=True)
     if curve is not None:
         options["curve"] = curve

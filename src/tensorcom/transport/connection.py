@@ -88,7 +88,8 @@ class Connection:
     report, stats_horizon, noexpand. Keyword only: timeout, sndhwm, rcvhwm, protocol,
     max_message_size, group, group_size, senders, topic, portion (`share`: its deprecated spelling),
     the sharing schemes' min_consumers, replay, policy, credit, batch_size, observe and shm
-    (docs/transport.md, "One pipeline, many jobs"), liveness, and curve (docs/security.md).
+    (docs/transport.md, "One pipeline, many jobs"), liveness, curve (docs/security.md), and metrics
+    ("HOST:PORT": /metrics and a status page while open, at `metrics_url`; docs/observability.md).
     What each means is said by the dataclass that keeps it, checked (tensorcom.transport.options):
     `passing` (PassOptions), `encoding` (Encoding), `socket_options` (SocketOptions), `decoding`
     (Decoding), `sharing_options` (SharingOptions). Each option is also readable under its own name
@@ -118,7 +119,8 @@ class Connection:
                  group_size: int = 1, senders: int = 1, topic: str = "", portion: wire.Portion | None = None,
                  share: wire.Portion | None = None, min_consumers: int = 1, replay: int | None = None,
                  policy: str | None = None, credit: int | None = None, batch_size: int | None = None,
-                 observe: bool = False, liveness: float | None = 10.0, curve: Any = None, shm: bool | None = None):
+                 observe: bool = False, liveness: float | None = 10.0, curve: Any = None, shm: bool | None = None,
+                 metrics: str | None = None):
         portion = renamed_option(portion, share, "portion", "share", "Connection")
         self.encoding = Encoding(protocol=protocol, multipart=multipart, infos=infos, allow64=allow64,
                                  max_message_size=max_message_size, group=group, group_size=group_size,
@@ -140,12 +142,17 @@ class Connection:
         self._end: Any = None  # the endpoint object of the URLs' scheme family (tensorcom.transport.ends)
         self._closed = False
         self._pid = os.getpid()  # a forked child's copy never closes the parent's sockets (__del__)
-        if url is not None:
-            try:
+        self._metrics = None  # the metrics= endpoint: /metrics, /status.json and / until close()
+        try:
+            if metrics is not None:
+                from tensorcom.transport.metrics_http import connection_metrics
+
+                self._metrics = connection_metrics(metrics, self)
+            if url is not None:
                 self.connect(url, topic=topic)
-            except BaseException:
-                self.close()
-                raise
+        except BaseException:
+            self.close()
+            raise
 
     # ---- setup and teardown -------------------------------------------------------------------
 
@@ -211,6 +218,11 @@ class Connection:
         self._end.socket = sock
 
     @property
+    def metrics_url(self) -> str | None:
+        """http://HOST:PORT/metrics of the metrics= endpoint (the port bound), or None without one."""
+        return None if self._metrics is None else self._metrics.metrics_url
+
+    @property
     def delivery(self) -> dict | None:
         """A sharing server's result once closed (what each consumer was not delivered); else None."""
         return self._end.delivery if isinstance(self._end, SharingServerEnd) else None
@@ -264,6 +276,8 @@ class Connection:
     def _mark_closed(self) -> Any:
         """Mark this Connection closed and drop its end from the ends of open Connections; the end."""
         self._closed = True
+        if self.__dict__.get("_metrics") is not None:
+            self._metrics.close()
         _OPEN_ENDS.pop(id(self._end), None)
         return self._end
 
