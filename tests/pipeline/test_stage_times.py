@@ -122,3 +122,19 @@ def test_rate_line_ends_with_verdict_and_top_stage():
     stages = summary({"read": [1.0, 6], "decode": [3.0, 6], "send": [6.0, 3]}, 6)
     line = _rate_line({**stats, "stages": stages, "verdict": "balanced"})
     assert line.endswith("workers); balanced; decode 30%")
+
+
+def test_progress_counts_mixture_members_of_running_and_finished_epochs():
+    from tensorcom.pipeline.portion_sending import Lane, _Progress
+
+    mixed = Pipeline.mix({"a": range(0, 10), "b": range(100, 110)}, seed=1)
+    lane = Lane(0, timed(mixed, StageClock()), conn=None)
+    progress = _Progress(StageClock(), [lane])
+    items = iter(lane.source)
+    first = [next(items) for _ in range(5)]
+    running = progress.report([lane])[3]
+    assert running == {"a": sum(x < 100 for x in first), "b": sum(x >= 100 for x in first)}
+    rest = list(items)
+    progress.finished(lane)
+    assert progress.report([])[3] == {"a": sum(x < 100 for x in first + rest), "b": sum(x >= 100 for x in first + rest)}
+    assert len(_Progress(StageClock(), [Lane(0, Pipeline(range(3)), None)]).report([])) == 3

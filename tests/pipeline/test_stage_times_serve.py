@@ -25,6 +25,10 @@ def busy_work(sample):
     return {**sample, "t": np.int64(total)}
 
 
+def numbered(i):
+    return {"i": np.int64(i)}
+
+
 def megabyte(i):
     return {"i": np.int32(i), "x": np.zeros(1 << 20, np.uint8)}
 
@@ -81,3 +85,16 @@ def test_a_consumer_that_does_not_read_leaves_the_server_waiting(free_port):
     stats = result["stats"]
     assert stats["idle_s"] > stats["busy_s"] and stats["stages"]["send"]["share"] > 0.5
     assert stats["verdict"] == "server waiting on consumers: it keeps up"
+
+
+def test_a_mixture_reports_its_members_counts(free_port):
+    port = free_port()
+    pipeline = Pipeline.mix({"small": range(0, 30), "large": range(1000, 1030)}, [0.5, 0.5], seed=3).map(numbered)
+    pipeline = pipeline.batch(4)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = serving(pipeline, f"zpush://127.0.0.1:{port}", workers=2, report=None)
+        got = [int(x) for b in conn for x in b["i"]]
+        thread.join(timeout=30)
+    stats = result["stats"]
+    assert stats["members"] == {"small": sum(x < 1000 for x in got), "large": sum(x >= 1000 for x in got)}
+    assert sum(stats["members"].values()) == len(got) and "; mix: small " in _rate_line(stats)

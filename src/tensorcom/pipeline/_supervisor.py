@@ -10,13 +10,16 @@ processes, read their messages, report rates, stop them.
 
 The processes are the process owner's (tensorcom.pipeline.processes): each runs the one worker loop
 on its one task, work(stop, barrier, i), and answers on its pipe: ("item", i, (batches, samples)) or
-("item", i, (batches, samples, stage record)) (tensorcom.pipeline.stage_times: its seconds per stage), then ("end", i, count) or ("error", i, Failure). Reports (tensorcom.rates.RateReport): a rate line on stderr
-every `report` seconds from the first batch (rates over the window of tensorcom.rates), with one line per consumer
-of a sharing server, or `on_report(stats)` instead. With stage records the stats also say where the
+("item", i, (batches, samples, stage record[, member counts])) (tensorcom.pipeline.stage_times: its
+seconds per stage; a mixture's samples per member), then ("end", i, count) or ("error", i, Failure).
+Reports (tensorcom.rates.RateReport): a rate line on stderr every `report` seconds from the first batch
+(rates over the window of tensorcom.rates), with one line per consumer of a sharing server, or
+`on_report(stats)` instead. With stage records the stats also say where the
 time went: "stages" {name: {"seconds", "share", "per_sample_ms"}} summed over the processes, "idle_s"
 (the processes' seconds in send: waiting on the consumers), "busy_s" (every other stage) and a
-"verdict" (stage_times.verdict, from the consumers' data wait when a sharing server knows it); the
-rate line ends with the verdict and the top stage.
+"verdict" (stage_times.verdict, from the consumers' data wait when a sharing server knows it), and
+for a mixture "members" {name: samples}; the rate line ends with the verdict, the top stage and the
+member counts.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Supervisor:
         self.workers = 0
         self.counts: dict[int, tuple[int, int]] = {}
         self.records: dict[int, stage_times.Record] = {}  # each process's latest stage record
+        self.members: dict[int, dict[str, int]] = {}  # each process's latest mixture member counts
         self.reports = RateReport(report, on_report, hub)  # a sharing server's consumers join the reports
 
     def launch(self, work: Callable[[Any, Any, int], Any], count: int) -> None:
@@ -62,6 +66,8 @@ class Supervisor:
             self.counts[index] = tuple(value[:2])
             if len(value) > 2:
                 self.records[index] = value[2]
+            if len(value) > 3:
+                self.members[index] = value[3]
             self.reports.add(self.totals())
 
     def wait(self) -> None:
@@ -81,9 +87,11 @@ class Supervisor:
         return {**self.reports.stats(self.totals(), overall), "workers": self.workers, **self.where_time_goes()}
 
     def where_time_goes(self) -> dict:
-        """{"stages", "idle_s", "busy_s", "verdict"} from the processes' stage records ({} without).
+        """{"stages", "idle_s", "busy_s", "verdict"} from the processes' stage records ({} without),
+        with "members" (samples per mixture member, summed) when they draw from a Mix.
         Reads copies, so another thread may call it (the metrics endpoint)."""
         records, counts = list(self.records.values()), list(self.counts.values())  # C-level copies
+        members = list(self.members.values())
         if not records:
             return {}
         record = stage_times.merge(records)
@@ -91,8 +99,11 @@ class Supervisor:
         busy = sum(seconds for name, (seconds, _) in record.items() if name != "send")
         consumers = [] if self.reports.hub is None else self.reports.hub.server.status
         waits = [_wait_share(c.get("data_wait")) for c in consumers]
-        return {"stages": stage_times.summary(record, sum(s for _, s in counts)), "idle_s": idle, "busy_s": busy,
-                "verdict": stage_times.verdict(waits, idle, busy)}
+        where = {"stages": stage_times.summary(record, sum(s for _, s in counts)), "idle_s": idle, "busy_s": busy,
+                 "verdict": stage_times.verdict(waits, idle, busy)}
+        if members:
+            where["members"] = {name: sum(m.get(name, 0) for m in members) for name in members[0]}
+        return where
 
     def maybe_report(self, force: bool = False) -> None:
         """Report every `report` seconds from the first batch (and at the end when `force`); nothing
@@ -121,4 +132,5 @@ def _rate_line(stats: dict) -> str:
     if "verdict" not in stats:
         return line
     top = stage_times.top_stage(stats["stages"])
-    return f"{line}; {stats['verdict']}" + (f"; {top}" if top else "")
+    members = ", ".join(f"{name} {count}" for name, count in stats.get("members", {}).items())
+    return f"{line}; {stats['verdict']}" + (f"; {top}" if top else "") + (f"; mix: {members}" if members else "")

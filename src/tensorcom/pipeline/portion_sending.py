@@ -16,7 +16,8 @@ With a StageClock (tensorcom.pipeline.stage_times; the lanes' pipelines timed wi
 zero-copy) and handing it to ZeroMQ, which blocks while the socket's queue is full or the consumers
 gave no credit. The Connection does not split the two, and the encoding is small beside the wait,
 so the reports count "send" as the process's idle time (waiting on its consumers), every other
-stage as busy time.
+stage as busy time. Lanes whose pipeline draws from a Mix add the samples taken from each member
+(tensorcom.pipeline.mix.member_counts of their states, read only when a report is due).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.batch import batch_size
+from tensorcom.pipeline._mix_source import Mix
+from tensorcom.pipeline.mix import member_counts
 from tensorcom.rates import Throttle
 from tensorcom.transport.index_set import IndexSet
 
@@ -50,20 +53,44 @@ def _samples_in(batch: Any) -> int:
 
 
 class _Progress:
-    """A process's counts, reported at most every PROGRESS_INTERVAL seconds."""
+    """A process's counts, reported at most every PROGRESS_INTERVAL seconds; with a StageClock, its
+    stage record too, and the member counts of the lanes that draw from a Mix."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = None, lanes: Iterable[Lane] = ()) -> None:
         self.batches = self.samples = 0
         self.due = Throttle(PROGRESS_INTERVAL, start=-math.inf)  # the first batch is reported at once
+        self.clock = clock
+        self.mixed = [lane for lane in lanes if isinstance(getattr(lane.source, "source", None), Mix)]
+        self.members: dict[str, int] = {}  # samples per member in the epochs the lanes have finished
 
     def add(self, batch: Any) -> bool:
         """Count `batch`; True when a report is due (tensorcom.rates.Throttle)."""
         self.batches, self.samples = self.batches + 1, self.samples + _samples_in(batch)
         return self.due.due()
 
-    def report(self, clock: Any = None) -> tuple:
-        """(batches, samples), with the clock's record (stage_times.StageClock.record) when timed."""
-        return (self.batches, self.samples) if clock is None else (self.batches, self.samples, clock.record())
+    def finished(self, lane: Lane) -> None:
+        """`lane` has ended its epoch: its member counts join the finished epochs'."""
+        if self.clock is not None and any(lane is mixed for mixed in self.mixed):
+            _add(self.members, member_counts(lane.source.state_dict()))
+
+    def report(self, running: list[Lane]) -> tuple:
+        """(batches, samples); timed: (batches, samples, stage record), with the member counts of the
+        mixtures (the finished epochs' and those of the `running` lanes' states) when there are any."""
+        if self.clock is None:
+            return self.batches, self.samples
+        counts: tuple = (self.batches, self.samples, self.clock.record())
+        if not self.mixed:
+            return counts
+        members = dict(self.members)
+        for lane in running:
+            if any(lane is mixed for mixed in self.mixed):
+                _add(members, member_counts(lane.source.state_dict()))
+        return (*counts, members)
+
+
+def _add(totals: dict[str, int], counts: dict[str, int]) -> None:
+    for name, count in counts.items():
+        totals[name] = totals.get(name, 0) + count
 
 
 def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: Any, barrier: Any,
@@ -73,7 +100,7 @@ def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: A
     overtakes another's markers. Yields the counts (batches, samples) sent so far when a report is
     due and after each epoch. `taken(epoch, v)`: the batch indices the consumers already have.
     `clock`: a StageClock that times the sends (module docstring); the counts then carry its record."""
-    progress = _Progress()
+    progress = _Progress(clock, lanes)
     epoch = first_epoch
     while (epochs is None or epoch < first_epoch + epochs) and not stop.is_set():
         active = []
@@ -91,14 +118,15 @@ def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: A
                 if found is None:
                     lane.conn.end_epoch()
                     active.remove(item)
+                    progress.finished(lane)
                     continue
-                start = time.perf_counter()
+                start = time.perf_counter() if clock is not None else 0.0
                 lane.conn.send(found[1], copy=False, index=found[0])  # the pipeline lets it go: zero-copy
                 if clock is not None:
                     clock.add("send", time.perf_counter() - start)
                 if progress.add(found[1]):
-                    yield progress.report(clock)
-        yield progress.report(clock)  # an epoch's counts reach the report even if the next send blocks
+                    yield progress.report([running for running, _ in active])
+        yield progress.report([])  # an epoch's counts reach the report even if the next send blocks
         barrier.wait()
         epoch += 1
 
