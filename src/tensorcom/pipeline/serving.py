@@ -52,6 +52,7 @@ from tensorcom.checks import positive
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._supervisor import Supervisor
 from tensorcom.pipeline.function_spec import load_function
+from tensorcom.pipeline.observe import serve_metrics
 from tensorcom.pipeline.portion_sending import Lane, send_epochs
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.stage_times import StageClock, timed
@@ -198,7 +199,8 @@ def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterat
 def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
           connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
-          min_consumers: int = 1, sharing: dict | None = None, curve: Any = None, portions: int | None = None) -> dict:
+          min_consumers: int = 1, sharing: dict | None = None, curve: Any = None, portions: int | None = None,
+          metrics: str | None = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
@@ -218,6 +220,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     min_consumers (sharing URLs): wait for that many consumers before the first batch; sharing:
     further options of the sharing server (replay, policy, liveness). curve: CURVE keys for what the
     consumers connect to (tensorcom.transport.security.Curve; default: $TENSORCOM_CURVE_*).
+    metrics: "HOST:PORT" (port 0: a free one) to serve /metrics, /status.json and a status page while
+    it runs (tensorcom.pipeline.observe; docs/observability.md).
     Returns {"batches", "samples", "seconds", ...} when every worker has finished (and, sharing, every
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
     TransportError when a sharing server could not deliver everything.
@@ -235,7 +239,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
         return _serve_to(pipeline, hub.worker_url if hub else urls, hub, workers=workers, epochs=epochs,
                          first_epoch=first_epoch, report=report, on_report=on_report,
                          connection_options=connection_options, linger=linger, resume=resume,
-                         portions=portions)
+                         portions=portions, metrics=metrics)
     except BaseException:
         if hub is not None:
             hub.abort()
@@ -244,7 +248,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
 
 def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
               report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
-              linger: float | None, resume: Any, portions: int | None) -> dict:
+              linger: float | None, resume: Any, portions: int | None, metrics: str | None = None) -> dict:
     """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None)."""
     assigned, binds = assign_urls(urls, workers)
     plan = resume_plan(resume, len(assigned), first_epoch, epochs, portions)
@@ -256,6 +260,7 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
     job = ServeJob(assigned[:plan.portions], plan, options, grouped=not binds, spec=pipeline,
                    epochs=None if epochs is None else first_epoch + epochs - plan.epoch)
     supervisor = Supervisor(report, on_report, hub)
+    endpoint = serve_metrics(metrics, supervisor, hub)  # reads the supervisor's figures at each request
     try:
         supervisor.launch(functools.partial(serve_portions, job), job.processes)
         supervisor.wait()
@@ -265,6 +270,8 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
         return stats if consumers is None else {**stats, "consumers": consumers}
     finally:
         supervisor.close()
+        if endpoint is not None:
+            endpoint.close()
 
 
 def resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None,
