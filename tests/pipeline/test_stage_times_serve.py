@@ -4,10 +4,10 @@ import threading
 
 import numpy as np
 import pytest
+from test_serving import in_thread
 
 from tensorcom.pipeline import Pipeline
 from tensorcom.pipeline._supervisor import _rate_line
-from tensorcom.pipeline.serving import serve
 from tensorcom.transport.connection import Connection
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
@@ -33,26 +33,11 @@ def megabyte(i):
     return {"i": np.int32(i), "x": np.zeros(1 << 20, np.uint8)}
 
 
-def serving(*args, **kwargs):
-    """serve(*args, **kwargs) in a thread: (thread, result dict with "stats" or "error")."""
-    result = {}
-
-    def run():
-        try:
-            result["stats"] = serve(*args, **kwargs)
-        except BaseException as exc:
-            result["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
-
-
 def test_the_slow_map_is_the_top_stage(free_port):
     port = free_port()
     pipeline = Pipeline(range(12)).map(to_sample).map(busy_work).batch(4)
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        thread, result = serving(pipeline, f"zpush://127.0.0.1:{port}", report=None)
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", report=None)
         assert sorted(int(i) for b in conn for i in b["i"]) == list(range(12))
         thread.join(timeout=30)
     stats = result["stats"]
@@ -77,7 +62,7 @@ def test_a_consumer_that_does_not_read_leaves_the_server_waiting(free_port):
 
     pipeline = Pipeline(range(12)).map(megabyte).batch(1)
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
-        thread, result = serving(pipeline, f"zpush://127.0.0.1:{port}", report=0.05, on_report=on_report,
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", report=0.05, on_report=on_report,
                                  connection_options={"sndhwm": 1})
         assert stalled.wait(timeout=30)
         assert len(list(conn)) == 12
@@ -92,7 +77,7 @@ def test_a_mixture_reports_its_members_counts(free_port):
     pipeline = Pipeline.mix({"small": range(0, 30), "large": range(1000, 1030)}, [0.5, 0.5], seed=3).map(numbered)
     pipeline = pipeline.batch(4)
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        thread, result = serving(pipeline, f"zpush://127.0.0.1:{port}", workers=2, report=None)
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", workers=2, report=None)
         got = [int(x) for b in conn for x in b["i"]]
         thread.join(timeout=30)
     stats = result["stats"]
