@@ -1,5 +1,7 @@
 """tensorcom.pipeline.stage_times: stage seconds on a fake clock, merging, shares and the verdict."""
 
+import functools
+
 import pytest
 
 from tensorcom.pipeline import Pipeline
@@ -76,8 +78,8 @@ def test_verdict_cases():
 
 
 def test_stage_names_from_steps():
-    p = Pipeline(range(4)).map(abs).filter(bool).map(abs).batch(2)
-    assert stage_names("read", p.steps) == ["read", "abs", "filter", "abs#2", "batch"]
+    p = Pipeline(range(4)).map(abs).filter(bool).map(functools.partial(abs)).map(FakeClock()).batch(2)
+    assert stage_names("read", p.steps) == ["read", "abs", "filter", "abs#2", "FakeClock", "batch"]
 
 
 def square(x):

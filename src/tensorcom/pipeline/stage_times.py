@@ -18,6 +18,7 @@ Cost: two clock readings per stage per item, and nothing at all when no clock is
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -94,12 +95,15 @@ def timed(pipeline: Any, clock: StageClock) -> Any:
 
 def stage_names(source: str, steps: Iterable[Any]) -> list[str]:
     """The stage names of a chain: `source` for the source, then one per step: a map's function's
-    name, otherwise the step's kind ("batch", "filter", ...); a name used again gets "#2", "#3"."""
+    name (a partial's function's; a callable object's class name), otherwise the step's kind
+    ("batch", "filter", ...); a name used again gets "#2", "#3"."""
     names, seen = [source], {source: 1}
     for step in steps:
         name = step.kind
         if step.kind == "map":
             fn = step.args["fn"]
+            while isinstance(fn, functools.partial):
+                fn = fn.func
             name = getattr(fn, "__name__", None) or type(fn).__name__
         seen[name] = seen.get(name, 0) + 1
         names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
