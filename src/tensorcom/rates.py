@@ -136,15 +136,22 @@ class Throttle:
 
 def consumer_lines(reports: list[dict]) -> list[str]:
     """One line per consumer of a sharing server's status (tensorcom.transport.sharing): position,
-    lag (or "catching up N": a restarted job still lacks N batches of what it missed), rate and credit."""
-    lines = []
-    for r in reports:
-        lag = "" if r.get("lag") is None else f", lag {r['lag']}"
-        if r.get("catching_up"):
-            lag = f", catching up {r['catching_up']}"
-        lines.append(f"  consumer {r['name']}: epoch {r['epoch']} batch {r['pos']}{lag}, "
-                     f"{r['samples_per_s']:.1f} samples/s, credit in use {r['credit'] - r['free']}/{r['credit']}")
-    return lines
+    lag (or "catching up N": a restarted job still lacks N batches of what it missed), rate, credit,
+    and the job's data wait (the recent share of its loop's time blocked on data) when reported."""
+    return [f"  consumer {r['name']}: " + ", ".join(consumer_cells(r)) for r in reports]
+
+
+def consumer_cells(r: dict) -> list[str]:
+    """The figures of one consumer line (consumer_lines), also the cells of tensormon's table:
+    position (and lag), rate, credit in use, data wait (when the record has one)."""
+    lag = "" if r.get("lag") is None else f", lag {r['lag']}"
+    if r.get("catching_up"):
+        lag = f", catching up {r['catching_up']}"
+    cells = [f"epoch {r['epoch']} batch {r['pos']}{lag}", f"{r['samples_per_s']:.1f} samples/s",
+             f"credit in use {r['credit'] - r['free']}/{r['credit']}"]
+    if r.get("data_wait") is not None:
+        cells.append(f"data wait {100 * r['data_wait']:.0f}%")
+    return cells
 
 
 class RateReport:
@@ -157,7 +164,8 @@ class RateReport:
 
     A report is due every `every` seconds from the first batch (None or 0: never; a Throttle). With a sharing
     server (`hub`, tensorcom.transport.sharing.Hub: its `server.status`) its consumers' status joins
-    the stats as "consumers" and adds one line per consumer. `start` (the clock's time) is when the
+    the stats as "consumers" and adds one line per consumer, and the server sends the stats to its
+    observers with their status (tensormon --stages). `start` (the clock's time) is when the
     owner's workers started: the owner may set it again."""
 
     def __init__(self, every: float | None, on_report: Callable[[dict], None] | None, hub: Any = None,
@@ -186,6 +194,7 @@ class RateReport:
             return
         current = stats()
         if self.hub is not None:
+            self.hub.server.report = dict(current)  # what the server's observers get (tensormon --stages)
             current["consumers"] = self.hub.server.status
         if self.on_report is not None:
             self.on_report(current)

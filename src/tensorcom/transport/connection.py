@@ -415,6 +415,12 @@ class Connection:
         return self.consumers
 
     @property
+    def server_report(self) -> dict | None:
+        """An observer's (zjoin, observe=True) last server record: the serving process's report with
+        its status (rates, "stages", "verdict"); None without one."""
+        return self._end.server_report if isinstance(self._end, JoinerEnd) else None
+
+    @property
     def joined_at(self) -> dict:
         """A consumer's (epoch, position) where its session with each server started (URL -> pair)."""
         return self._end.joined_at if isinstance(self._end, JoinerEnd) else {}

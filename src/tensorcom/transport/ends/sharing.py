@@ -163,6 +163,11 @@ class JoinerEnd:
         return self.joiner.refresh(wait)
 
     @property
+    def server_report(self) -> dict | None:
+        """The serving process's report record of the last status (rates, "stages", "verdict"), if any."""
+        return self.joiner.server_report
+
+    @property
     def joined_at(self) -> dict:
         """Where the session with each server started (URL -> (epoch, position))."""
         return self.joiner.joined_at

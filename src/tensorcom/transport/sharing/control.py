@@ -9,7 +9,7 @@ frames of its protocol-2 wire message, unchanged (docs/protocol.md §7 has the w
     server -> consumer   welcome {server, mode, epoch, pos, resumed?, n?, shm?},
                          batch {n, epoch, pos} + wire frames
                          (or batch {n, epoch, pos, shm: reference}, no frames: handoff),
-                         end {epoch, batches, n?}, detached {why}, status {consumers}, bye {}
+                         end {epoch, batches, n?}, detached {why}, status {consumers, server?}, bye {}
 
 (`session`, `server`, `upto`, `resumed` and `n` carry a session over a reconnect; batches and ends
 are numbered alike by `n`; `record`: a restarted consumer's state, which it catches up from.)
@@ -20,7 +20,9 @@ are numbered alike by `n`; `record`: a restarted consumer's state, which it catc
 
 An ack's optional `wait` and `step` are the consumer's data-wait totals in seconds
 (tensorcom.transport.data_wait); `data_wait(meta)` reads them, None when absent or malformed (an
-older consumer sends none; an older server ignores them). `located(error, where)` puts the URL (and which message) before a DecodeError's text.
+older consumer sends none; an older server ignores them). A status's optional `server` is the
+serving process's last report record (rates, and where the time goes: "stages", "verdict"), when it
+gave the server one. `located(error, where)` puts the URL (and which message) before a DecodeError's text.
 """
 
 from __future__ import annotations

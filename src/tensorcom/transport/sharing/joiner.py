@@ -101,6 +101,7 @@ class Joiner:
         self.max_plain_values = settings.max_plain_values()  # read once, not per batch
         self.rebatcher = None if batch_size is None else Rebatcher(batch_size)
         self.status: list[dict] = []  # the last status report (observers)
+        self.server_report: dict | None = None  # the server record of the last status, when it had one
         self.links: list[_Link] = []
         self._poller = zmq.Poller()  # every link's monitor; its socket while its pass has not ended
         self._ready: list = []  # rebatched batches waiting to be handed out
@@ -223,6 +224,7 @@ class Joiner:
                 self._ack(link, meta["n"])
         elif kind == "status":
             self.status = meta["consumers"]
+            self.server_report = meta["server"] if isinstance(meta.get("server"), dict) else None
         elif kind == "bye" and link.session.server is not None:
             link.finished = link.session.server
             link.session.finished()

@@ -95,6 +95,7 @@ class ShareServer(StreamInput):
         self.lost = 0  # consumers removed because their connection stayed closed for the liveness window
         self.window = liveness or 0.0  # seconds a consumer whose connection closed keeps its session
         self.status: list[dict] = []  # the consumers' reports, refreshed by the thread
+        self.report: dict | None = None  # the serving process's last report record, sent with each status
         self.addresses: list[str] = []
         self._fds: dict[Any, int] = {}  # peer -> the fd its messages came from
         self._heard: dict[Any, float] = {}  # peer -> when its last message was read
@@ -350,9 +351,19 @@ class ShareServer(StreamInput):
             return
         self.status = self.book.reports()
         if self._observers:
-            frame = control.encode("status", consumers=self.status)
+            frame = self._status_frame()
             for peer in list(self._observers):
                 self._send(peer, [frame])
+
+    def _status_frame(self) -> bytes:
+        """The status for observers, with the serving process's report when it has one (left out when
+        it holds what msgpack cannot encode: the report's shape is its owner's)."""
+        if self.report is not None:
+            try:
+                return control.encode("status", consumers=self.status, server=self.report)
+            except (TypeError, ValueError, OverflowError):
+                pass
+        return control.encode("status", consumers=self.status)
 
     def _has_arena(self) -> bool:
         """Whether the server offers the handoff, making its arena on first use (no shared memory, and
