@@ -16,7 +16,9 @@ default URL is zpub://127.0.0.1:7880. DIR is DIR/train when that exists (0.1's l
 
 New: `--size` (default 224), `--min-scale` (smallest crop area, default 0.08), `--epochs E` (default 0:
 forever; an end-of-epoch marker per portion after each), `--count N` (stop after about N batches),
-`--seed`, `-r SECONDS` between rate reports on stderr, `--portions V` (the stream's portions, default
+`--seed`, `--cache DIR [--cache-max-side N] [--cache-max-bytes B]` (images decoded once, into a
+cache that the first epoch or `tensorcom prepare` fills, and mapped from it later; docs/pipeline.md),
+`-r SECONDS` between rate reports on stderr, `--portions V` (the stream's portions, default
 P; a restart with `--resume` may use another -P, as long as -w stays: -w splits each portion). The
 pipelines are tensorcom.images.imagenet's; tensorcom.pipeline.serve_plan runs them. `--ray N [--address ADDR]` serves from N Ray actors in place of
 the -P publishers (docs/ray.md; the dataset must be at the same path on every node).
@@ -37,6 +39,7 @@ from tensorcom.cli.common import (
     positive_int,
     serve_plan,
 )
+from tensorcom.cli.prepare import add_cache_arguments, cache_options
 from tensorcom.extras import require
 from tensorcom.urls import DEFAULT_SERVER_URL as DEFAULT_URL
 
@@ -60,6 +63,7 @@ def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the augmentation and shuffling")
     parser.add_argument("--min-scale", type=fraction, default=0.08,
                         help="smallest crop area as a fraction of the image (default 0.08, as torchvision)")
+    add_cache_arguments(parser)
 
 
 def dir_parser() -> argparse.ArgumentParser:
@@ -94,7 +98,8 @@ def serve_args(args: argparse.Namespace, pipeline) -> int:
 def pipeline_options(args: argparse.Namespace) -> dict:
     """The keyword arguments both pipelines take, from the parsed command line."""
     return dict(batch_size=args.batch_size, size=args.size, shuffle=args.shuffle, normalize=args.normalize,
-                workers=args.workers, seed=args.seed, min_scale=args.min_scale, dedicated=True)
+                workers=args.workers, seed=args.seed, min_scale=args.min_scale, dedicated=True,
+                **cache_options(args))
 
 
 @entry_point

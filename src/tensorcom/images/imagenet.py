@@ -36,13 +36,17 @@ class Augment:
     or an int); applies RandomResizedCrop(size, scale=(min_scale, 1)) + flip, and ImageNet
     normalization to float32 when `normalize`. The transform is built lazily in whichever process runs
     it; with `dedicated` (a process that only serves data) that process's torch is first set to one
-    thread (images.init_worker), which enables the fast resize.
+    thread (images.init_worker), which enables the fast resize. With a `cache` (a
+    tensorcom.pipeline.cache.DecodedCache) the image is the decoded array it maps from a file (or
+    decodes and stores), wherever this runs.
     """
 
     FIELDS = IMAGE_FIELDS
 
-    def __init__(self, size: int, normalize: bool = False, min_scale: float = 0.08, dedicated: bool = False):
+    def __init__(self, size: int, normalize: bool = False, min_scale: float = 0.08, dedicated: bool = False,
+                 cache: Callable[[dict], dict] | None = None):
         self.size, self.normalize, self.min_scale, self.dedicated = size, normalize, min_scale, dedicated
+        self.cache = cache
         self._transform: Callable | None = None
 
     def __getstate__(self) -> dict:
@@ -61,6 +65,8 @@ class Augment:
         return self._transform
 
     def __call__(self, sample: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.int32]:
+        if self.cache is not None:
+            sample = self.cache(sample)
         return self.transform()(image_bytes(sample), rng), np.int32(label_of(sample))
 
 
@@ -97,31 +103,50 @@ def dataset_root(path: str | os.PathLike) -> str:
 
 
 def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool = True, normalize: bool = False,
-                 workers: int = 0, seed: int = 0, min_scale: float = 0.08, dedicated: bool = False) -> Pipeline:
+                 workers: int = 0, seed: int = 0, min_scale: float = 0.08, dedicated: bool = False,
+                 cache: str | None = None, cache_max_side: int | None = None,
+                 cache_max_bytes: int | None = None) -> Pipeline:
     """The Pipeline serve-imagenet-dir serves: ImageFolder `root` -> augmented [images, labels] batches,
     in shuffled (or, without `shuffle`, file) order. `dedicated`: the processes iterating it only
-    serve data (see Augment)."""
+    serve data (see Augment). `cache`: a directory of decoded images (decoded_cache)."""
     from tensorcom.images.folder import ImageFolderSource
 
     # Augment reads each file where it runs; the tree is scanned once, here, not in every process
     source = ImageFolderSource(root, shuffle=shuffle, read=False)
     source.items()
     pipeline = Pipeline(source, seed=seed)
-    return augmented_batches(pipeline, Augment(size, normalize, min_scale, dedicated), batch_size, workers)
+    decoded = decoded_cache(source, cache, cache_max_side, cache_max_bytes)
+    return augmented_batches(pipeline, Augment(size, normalize, min_scale, dedicated, decoded), batch_size, workers)
 
 
 def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: bool = False, shuffle_buffer: int = 1000,
                     normalize: bool = False, workers: int = 0, seed: int = 0, min_scale: float = 0.08,
-                    dedicated: bool = False) -> Pipeline:
+                    dedicated: bool = False, cache: str | None = None, cache_max_side: int | None = None,
+                    cache_max_bytes: int | None = None) -> Pipeline:
     """The Pipeline serve-imagenet-shards serves: tar shards `urls` (brace-expanded) -> augmented
     [images, labels] batches; `shuffle` shuffles the shards and then the samples through a buffer of
-    `shuffle_buffer`. `dedicated`: the processes iterating it only serve data (see Augment)."""
+    `shuffle_buffer`. `dedicated`: the processes iterating it only serve data (see Augment). `cache`:
+    a directory of decoded images (decoded_cache)."""
     from tensorcom.pipeline.sources import ShardSource
 
-    pipeline = Pipeline(ShardSource(urls, shuffle=shuffle) if shuffle else ShardSource(urls), seed=seed)
+    source = ShardSource(urls, shuffle=shuffle) if shuffle else ShardSource(urls)
+    pipeline = Pipeline(source, seed=seed)
     if shuffle:
         pipeline = pipeline.shuffle(shuffle_buffer)
-    return augmented_batches(pipeline, Augment(size, normalize, min_scale, dedicated), batch_size, workers)
+    decoded = decoded_cache(source, cache, cache_max_side, cache_max_bytes)
+    return augmented_batches(pipeline, Augment(size, normalize, min_scale, dedicated, decoded), batch_size, workers)
+
+
+def decoded_cache(source: Any, directory: str | None, max_side: int | None, max_bytes: int | None) -> Any:
+    """The tensorcom.pipeline.cache.DecodedCache of `source`'s images under `directory` (None without
+    one): Augment then maps each image decoded (shorter side <= max_side) from a file, or decodes and
+    stores it (up to max_bytes). The rng draws are those of the pipeline without a cache, and an
+    image that was a hit, a miss or did not fit gives the same bits."""
+    if directory is None:
+        return None
+    from tensorcom.pipeline.cache import decoded_cache as make
+
+    return make(source, directory, max_side=max_side, max_bytes=max_bytes)
 
 
 def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, workers: int) -> Pipeline:

@@ -1,0 +1,79 @@
+"""`tensorcom prepare`: fills a decoded-image cache in worker processes, resumes, and the servers'
+pipelines then map every image from it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+from tensorcom.cli.main import main
+from tensorcom.imagecodec import encode_image
+
+
+def write_tree(root, count=12):
+    """root/c<i % 2>/<i>.jpg: `count` small JPEGs."""
+    for i in range(count):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (root / f"c{i % 2}" / f"{i}.jpg").write_bytes(encode_image(np.full((24, 32, 3), i * 9, np.uint8), "jpg"))
+    return root
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=60)
+    return proc.pid
+
+
+def entries(directory) -> list[str]:
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(directory) for n in names if n.endswith(".ten"))
+
+
+def test_prepare_fills_resumes_and_the_server_only_maps_from_the_cache(tmp_path, capsys, free_port, popen):
+    root = write_tree(tmp_path / "data" / "train")
+    cache = tmp_path / "cache"
+    assert main(["prepare", str(tmp_path / "data"), "--cache", str(cache), "-w", "2", "-q"]) == 0
+    assert capsys.readouterr().out.strip() == "12 images: 12 stored, 0 already there, 0 did not fit"
+    files = entries(cache)
+    assert len(files) == 12
+    for path in files[:5]:  # an interrupted run: these were never written, one was half written
+        os.unlink(path)
+    gone = _dead_pid()
+    torn = f"{files[0]}.{socket.gethostname()}.{gone}.0a1b2c3d.tmp"
+    with open(torn, "wb") as stream:
+        stream.write(b"~TenBin~")
+    assert main(["prepare", str(root), "--cache", str(cache), "-w", "0", "-q"]) == 0
+    assert capsys.readouterr().out.strip() == ("12 images: 5 stored, 7 already there, 0 did not fit; "
+                                               "1 files of killed writers removed")
+    assert not os.path.exists(torn)
+    before = inodes(cache)
+    assert sorted(before) == files
+
+    for jpeg in root.glob("*/*.jpg"):  # same size and time, bytes no decoder takes: only the cache can serve
+        status = jpeg.stat()
+        jpeg.write_bytes(b"\0" * status.st_size)
+        os.utime(jpeg, ns=(status.st_atime_ns, status.st_mtime_ns))
+    served = serve_one_epoch(tmp_path / "data", cache, free_port(), popen)
+    assert sum(len(labels) for _, labels in served) == 12 and served[0][0].shape[1:] == (16, 16, 3)
+    assert inodes(cache) == before  # nothing was decoded and stored again: every image came from the cache
+
+
+def inodes(directory) -> dict[str, int]:
+    return {path: os.stat(path).st_ino for path in entries(directory)}
+
+
+def serve_one_epoch(root, cache, port, popen) -> list:
+    """serve-imagenet-dir --cache CACHE (a real subprocess) -> one epoch of batches received here."""
+    from tensorcom import Connection
+
+    command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(root), "-b", "4",
+               "--size", "16", "--epochs", "1", "-r", "0", "--cache", str(cache), f"zpush://127.0.0.1:{port}"]
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start(command, stderr=subprocess.PIPE, text=True)
+        batches = list(conn)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    return batches
