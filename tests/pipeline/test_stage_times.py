@@ -5,8 +5,9 @@ import functools
 import pytest
 
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline._node import Node
+from tensorcom.pipeline._node import Node, skip
 from tensorcom.pipeline._supervisor import _rate_line
+from tensorcom.pipeline.stages import Mapped
 from tensorcom.pipeline.stage_times import StageClock, merge, stage_names, summary, timed, top_stage, verdict
 
 
@@ -56,6 +57,15 @@ def test_nested_time_counts_once_and_shares_add_up_to_one():
     assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0)
     assert stages["decode"]["share"] == pytest.approx(12 / 19) and stages["read"]["per_sample_ms"] == 1000.0
     assert top_stage(stages) == "decode 63%"
+
+
+def test_timed_nodes_pass_over_without_computing():
+    fake, called = FakeClock(), []
+    clock = StageClock(fake)
+    mapped = Mapped(clock.timed(Counter(fake, 1.0), "read"), lambda i: called.append(i) or i)
+    node = clock.timed(mapped, "f")
+    assert skip(node, 3) == 3 and next(node) == 4 and called == [4]
+    assert clock.record() == {"read": [1.0, 1], "f": [0.0, 1]}  # what is passed over is not timed
 
 
 def test_merge_sums_processes_in_stage_order():

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from tensorcom.pipeline._node import Node, State
+from tensorcom.pipeline._node import Node, State, skip
 
 Record = dict[str, list]  # name -> [seconds, items]
 
@@ -55,7 +55,8 @@ class StageClock:
 
 
 class Timed(Node):
-    """A node whose next() is the wrapped node's, timed by a StageClock; state and close pass through."""
+    """A node whose next() is the wrapped node's, timed by a StageClock; pass_over, state and close
+    pass through."""
 
     def __init__(self, node: Any, name: str, clock: StageClock):
         self.node, self.name, self.clock = node, name, clock
@@ -75,6 +76,11 @@ class Timed(Node):
             nested.inner = outer + spent
         self.entry[1] += 1
         return item
+
+    def pass_over(self, count: int) -> int:
+        """Skip `count` items as the wrapped node would (tensorcom.pipeline._node.skip: without computing
+        them where it can); untimed."""
+        return skip(self.node, count)
 
     def state_dict(self) -> State:
         return self.node.state_dict()
