@@ -1,0 +1,34 @@
+"""`--metrics HOST:PORT` of the server tools: the plan passes it to tensorcom.serve, a malformed
+address is a usage error, --ray refuses it (the endpoint itself: tests/pipeline/test_observe.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorcom.cli import serve, serve_imagenet
+from tensorcom.cli.common import serve_plan
+
+
+def plan_of(argv: list[str], parser=serve.build_parser, workers: str = "workers"):
+    args = parser().parse_args(argv)
+    return serve_plan(args, getattr(args, workers) or None)
+
+
+@pytest.mark.parametrize("parser,argv,workers", [
+    (serve.build_parser, ["m:f", "zshare://127.0.0.1:7880"], "workers"),
+    (serve_imagenet.dir_parser, ["zshare://127.0.0.1:7880"], "parallel"),
+])
+def test_metrics_reaches_tensorcom_serve(parser, argv, workers):
+    assert plan_of([*argv, "--metrics", "127.0.0.1:0"], parser, workers).options["metrics"] == "127.0.0.1:0"
+    assert "metrics" not in plan_of(argv, parser, workers).options
+
+
+def test_a_malformed_address_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        serve.build_parser().parse_args(["m:f", "--metrics", "9100"])
+    assert exit_.value.code == 2 and "HOST:PORT" in capsys.readouterr().err
+
+
+def test_ray_refuses_metrics():
+    with pytest.raises(ValueError, match="--metrics"):
+        plan_of(["m:f", "zsplit://127.0.0.1:7880", "--ray", "2", "--metrics", ":0"])
