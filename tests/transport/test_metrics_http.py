@@ -90,11 +90,13 @@ def test_a_receiving_connection_serves_its_figures(free_port):
         assert families["tensorcom_samples"].samples[0].value == 20.0
         assert families["tensorcom_bytes"].samples[0].value == receiver.stats.total
         (wait,) = families["tensorcom_consumer_data_wait_seconds"].samples
-        assert wait.name == "tensorcom_consumer_data_wait_seconds_total" and wait.labels == {"consumer": receiver.sender}
+        assert wait.name == "tensorcom_consumer_data_wait_seconds_total"
+        assert wait.labels == {"consumer": receiver.sender}
         assert {"tensorcom_consumer_data_wait_ratio", "tensorcom_workers", "tensorcom_stage_seconds"} <= set(families)
         status, body = get(base + "status.json")
         record = json.loads(body)
-        assert status == 200 and record["batches"] == 5 and [c["name"] for c in record["consumers"]] == [receiver.sender]
+        assert status == 200 and record["batches"] == 5
+        assert [c["name"] for c in record["consumers"]] == [receiver.sender]
         assert set(record) == {"batches", "samples", "bytes", "batches_per_s", "samples_per_s", "seconds", "workers",
                                "idle_s", "busy_s", "verdict", "consumers", "stages"}
         status, page = get(base)

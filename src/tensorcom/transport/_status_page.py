@@ -14,7 +14,8 @@ h1 { font-size: 1.3em; margin: 0 0 .6em; } h2 { font-size: 1.05em; margin: 1.2em
 .card { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .5em 1em; min-width: 9em; }
 .card b { display: block; font-size: 1.5em; }
 table { border-collapse: collapse; background: #fff; min-width: 36em; }
-th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: right; } th:first-child, td:first-child { text-align: left; }
+th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
 .bar { display: inline-block; height: .8em; background: #4a90d9; vertical-align: middle; }
 .wait .bar { background: #d9534f; } #verdict { font-weight: bold; } .muted { color: #888; }
 </style></head>
@@ -41,7 +42,9 @@ function fmt(v, digits) { return v === null || v === undefined ? "\\u2013" : Num
 function pct(v) { return v === null || v === undefined ? "\\u2013" : (100 * v).toFixed(1) + "%"; }
 function bar(v) { return v === null || v === undefined ? "" :
   '<span class="bar" style="width:' + Math.round(Math.min(1, v) * 80) + 'px"></span> '; }
-function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c])); }
+function esc(s) {
+  return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+}
 function row(cells, attr) { return "<tr " + attr + ">" + cells.map(c => "<td>" + c + "</td>").join("") + "</tr>"; }
 function show(s) {
   document.getElementById("rate").textContent = fmt(s.samples_per_s, 1);
