@@ -150,3 +150,18 @@ def test_progress_counts_mixture_members_of_running_and_finished_epochs():
     progress.finished(lane)
     assert progress.report([])[3] == {"a": sum(x < 100 for x in first + rest), "b": sum(x >= 100 for x in first + rest)}
     assert len(_Progress(StageClock(), [Lane(0, Pipeline(range(3)), None)]).report([])) == 3
+
+
+def test_the_supervisor_weighs_the_sharing_servers_consumers_data_wait():
+    from types import SimpleNamespace
+
+    from tensorcom.pipeline._supervisor import Supervisor
+
+    server = SimpleNamespace(status=[{"name": "a", "data_wait": 0.05}, {"name": "b", "data_wait": 0.38}])
+    supervisor = Supervisor(None, None, hub=SimpleNamespace(server=server))
+    supervisor.handle(("item", 0, (2, 8, {"read": [1.0, 8], "decode": [3.0, 8], "send": [0.5, 2]})))
+    supervisor.handle(("item", 1, (1, 4, {"read": [1.0, 4], "decode": [1.0, 4], "send": [0.5, 1]})))
+    where = supervisor.where_time_goes()
+    assert where["verdict"] == "consumers waiting on data (38%): add workers"
+    assert where["idle_s"] == 1.0 and where["busy_s"] == 6.0
+    assert where["stages"]["decode"]["per_sample_ms"] == pytest.approx(1000 * 4 / 12)

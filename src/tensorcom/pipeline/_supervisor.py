@@ -19,7 +19,8 @@ time went: "stages" {name: {"seconds", "share", "per_sample_ms"}} summed over th
 (the processes' seconds in send: waiting on the consumers), "busy_s" (every other stage) and a
 "verdict" (stage_times.verdict, from the consumers' data wait when a sharing server knows it), and
 for a mixture "members" {name: samples}; the rate line ends with the verdict, the top stage and the
-member counts.
+member counts; with a sharing server the report goes to its observers too (tensorcom.rates.RateReport,
+tensormon --stages).
 """
 
 from __future__ import annotations
