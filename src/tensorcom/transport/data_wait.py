@@ -13,14 +13,15 @@
 
 The time from `waiting()` to `got()` is wait; from `got()` to the next `waiting()` is step (the
 user's work on the batch it was handed). An interval still open when a figure is read counts up to
-that moment, so a job stuck waiting shows it at once. Two clock reads per batch; the window keeps
-one snapshot per batch in a tensorcom.rates.Rates (bounded memory, no extra clock read). Pure:
+that moment, so a job stuck waiting shows it at once. Two clock reads per batch; the window (a
+tensorcom.rates.Rates) records the totals at most once per its resolution (window / 50) and when read. Pure:
 standard library only, the clock injectable. Connection.stats (tensorcom.transport.stats) holds one;
 the receiving ends' intake (tensorcom.transport.ends.intake) feeds it; docs/monitoring.md.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable
 
@@ -35,32 +36,39 @@ class DataWait:
     def __init__(self, clock: Callable[[], float] = time.perf_counter, window: float = WINDOW):
         self.clock = clock
         self.wait_total = self.step_total = 0.0  # closed intervals only
-        self.since: float | None = None  # when the open interval began
-        self.blocked = False  # the open interval is a wait (else a step)
-        self.now = 0.0  # the last clock reading: the window's clock
+        self.asked: float | None = None  # when the open wait began (None: no wait is open)
+        self.last: float | None = None  # when the last wait ended (the open step began)
+        self.now = -math.inf  # when the window last recorded the totals: the window's clock
         self.window = Rates(window=window, clock=lambda: self.now)
 
     def waiting(self) -> None:
         """The loop asks for the next batch: the step since the last got() (if any) ends."""
-        now = self.clock()
-        if self.since is not None and not self.blocked:
-            self.step_total += now - self.since
-        self.since, self.blocked = now, True
+        self.asked = self.clock()
 
     def got(self) -> None:
         """The wait begun by waiting() ended (a batch, an end of pass, an error); a step begins."""
-        now = self.now = self.clock()
-        if self.since is not None and self.blocked:
-            self.wait_total += now - self.since
-        self.since, self.blocked = now, False
+        now, asked = self.clock(), self.asked
+        if asked is None:  # no wait was open
+            return
+        self.wait_total += now - asked
+        if self.last is not None:
+            self.step_total += asked - self.last
+        self.asked, self.last = None, now
+        if now - self.now >= self.window.resolution:  # the window's snapshots are that far apart anyway
+            self._snapshot(now)
+
+    def _snapshot(self, now: float) -> None:
+        """Record the closed totals in the window at `now`."""
+        self.now = now
         self.window.update(int(self.wait_total * _SCALE), int(self.step_total * _SCALE))
 
     def _open(self) -> tuple[float, float, float]:
         """(now, wait, step) of the open interval, read now."""
         now = self.clock()
-        if self.since is None:
-            return now, 0.0, 0.0
-        return (now, now - self.since, 0.0) if self.blocked else (now, 0.0, now - self.since)
+        if self.asked is not None:
+            step = 0.0 if self.last is None else self.asked - self.last  # closed, counted at got()
+            return now, now - self.asked, step
+        return (now, 0.0, 0.0) if self.last is None else (now, 0.0, now - self.last)
 
     def totals(self) -> tuple[float, float]:
         """(wait, step) seconds since the first event, the open interval included."""
@@ -89,7 +97,7 @@ class DataWait:
 
     def _window_totals(self, now: float) -> tuple[float, float]:
         """(wait, step) of the closed intervals that ended within the window before `now`."""
-        self.now = max(self.now, now)
+        self._snapshot(max(self.now, now))
         rates, first = self.window.rates(), self.window.first
         if first is None:
             return 0.0, 0.0

@@ -86,7 +86,12 @@ class Intake:
         while yielded < self.passing.epoch:
             if 0 < self.passing.total <= self.count:
                 return
-            batch = self.wait_for(next_batch)
+            waits = self.stats.waits  # wait_for, inline: this is every batch's path
+            waits.waiting()
+            try:
+                batch = next_batch()
+            finally:
+                waits.got()
             if batch is EPOCH_END:
                 return
             yielded += 1
