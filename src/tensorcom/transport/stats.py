@@ -10,6 +10,7 @@ its step between batches: `data_wait_s`, `step_s`, `data_wait`, `recent_data_wai
 
 from __future__ import annotations
 
+import operator
 import time
 from typing import Callable
 
@@ -54,6 +55,11 @@ class SequenceTracker:
         return self._advance(sender, seq, 0)
 
 
+def _of_waits(name: str, doc: str) -> property:
+    """A read-only attribute for `waits.<name>` (the receiving loop's DataWait)."""
+    return property(operator.attrgetter(f"waits.{name}"), doc=doc)
+
+
 class Statistics:
     """Totals since `reset()` and rates over the window of tensorcom.rates (the last 10 s).
 
@@ -68,6 +74,11 @@ class Statistics:
     and `step_s` (seconds in total), `data_wait` (the fraction blocked in total) and `recent_data_wait`
     (the fraction over the window); all zero for a sender.
     """
+
+    data_wait_s = _of_waits("wait_s", "Seconds the receiving loop was blocked waiting for a batch, since reset().")
+    step_s = _of_waits("step_s", "Seconds between handing a batch over and being asked for the next (the step).")
+    data_wait = _of_waits("fraction", "data_wait_s / (data_wait_s + step_s): the share of the loop blocked on data.")
+    recent_data_wait = _of_waits("recent_fraction", "The share of the loop blocked on data over the window.")
 
     def __init__(self, horizon: int = 1000, clock: Callable[[], float] = time.monotonic,
                  wait_clock: Callable[[], float] = time.perf_counter):
@@ -102,26 +113,6 @@ class Statistics:
     def total(self) -> int:
         """Bytes since reset()."""
         return self.rates.totals[2]
-
-    @property
-    def data_wait_s(self) -> float:
-        """Seconds the receiving loop was blocked waiting for a batch, since reset()."""
-        return self.waits.wait_s
-
-    @property
-    def step_s(self) -> float:
-        """Seconds between handing a batch over and being asked for the next (the user's step)."""
-        return self.waits.step_s
-
-    @property
-    def data_wait(self) -> float:
-        """data_wait_s / (data_wait_s + step_s): the fraction of the loop's time blocked on data."""
-        return self.waits.fraction
-
-    @property
-    def recent_data_wait(self) -> float:
-        """The fraction blocked on data over the window."""
-        return self.waits.recent_fraction
 
     def rate(self) -> float:
         """Messages per second since the first message."""
