@@ -79,6 +79,8 @@ def test_a_reported_wait_gives_the_recent_fraction_of_the_totals_growth():
     assert reported.as_dict() == {"data_wait": 0.5, "data_wait_s": 12.0}
     clock.now = 100.0  # no report for long: the window is empty, the totals speak
     assert reported.as_dict() == {"data_wait": round(12 / 44, 3), "data_wait_s": 12.0}
+    reported.update(1.0, 3.0)  # the consumer reset its statistics: its figures start over
+    assert reported.as_dict() == {"data_wait": 0.25, "data_wait_s": 1.0}
 
 
 def test_an_ack_with_or_without_data_wait_fields():

@@ -34,12 +34,16 @@ class DataWait:
     """Wait and step times of one receiving loop (module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, window: float = WINDOW):
-        self.clock = clock
+        self.clock, self.window_s = clock, window
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (in place: whoever holds this object reads the new totals)."""
         self.wait_total = self.step_total = 0.0  # closed intervals only
         self.asked: float | None = None  # when the open wait began (None: no wait is open)
         self.last: float | None = None  # when the last wait ended (the open step began)
         self.now = -math.inf  # when the window last recorded the totals: the window's clock
-        self.window = Rates(window=window, clock=lambda: self.now)
+        self.window = Rates(window=self.window_s, clock=lambda: self.now)
 
     def waiting(self) -> None:
         """The loop asks for the next batch: the step since the last got() (if any) ends."""
@@ -124,6 +128,9 @@ class ReportedWait:
         self.window = Rates(clock=clock)
 
     def update(self, wait_s: float, step_s: float) -> None:
+        """The consumer's totals now; totals that went down (it reset its statistics) start over."""
+        if wait_s < self.wait_s or step_s < self.step_s:
+            self.window = Rates(window=self.window.window, clock=self.window.clock)
         self.wait_s, self.step_s = wait_s, step_s
         self.window.update(int(wait_s * _SCALE), int(step_s * _SCALE))
 

@@ -84,13 +84,14 @@ class Statistics:
                  wait_clock: Callable[[], float] = time.perf_counter):
         if not isinstance(horizon, int) or horizon < 2:
             raise ValueError(f"stats_horizon must be an int >= 2, got {horizon!r}")
-        self.horizon, self.clock, self.wait_clock = horizon, clock, wait_clock
+        self.horizon, self.clock = horizon, clock
+        self.waits = DataWait(wait_clock)
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (the dropped and lost-marker counts included)."""
         self.rates = Rates(clock=self.clock)
-        self.waits = DataWait(self.wait_clock)
+        self.waits.reset()  # in place: a zjoin consumer's joiner reports from it
         self.dropped = 0
         self.duplicates = 0  # batches received twice (resends of what had come) and skipped
         self.lost_markers = 0
