@@ -10,7 +10,8 @@ consumer's session (random per Joiner). On connecting the consumer sends `join` 
 starts at: `joined_at`), then sends at most `credit` unacknowledged batches, numbered; the consumer
 acknowledges each batch when it hands it to its caller (with `batch_size`, when it enters the
 rebatching buffer, which holds fewer than `batch_size` samples more); a malformed one too, handing
-its caller a DecodeError naming the server's URL; and each epoch end when it reads it. A pass ends
+its caller a DecodeError naming the server's URL; and each epoch end when it reads it. Each ack
+carries the caller's data-wait totals (`waits`, docs/monitoring.md). A pass ends
 when every server that took part in it (had a session during it) has sent its epoch's `end`; a
 server whose end came first is not read from meanwhile, so its next epoch waits in its queue.
 
