@@ -62,3 +62,25 @@ def test_asked_batches_are_those_of_an_uninterrupted_pass_in_order():
     assert [index for index, _ in got] == [1, 2, 6, 7]  # sorted, nothing past the portion's end
     for index, batch in got:
         assert as_lists([batch]) == as_lists([whole[index]])
+
+
+def test_a_resumed_portion_passes_over_the_taken_batches_without_computing_them():
+    from tensorcom.pipeline.portion_sending import untaken
+    from tensorcom.transport.index_set import IndexSet
+
+    whole = list(pipeline())
+    CALLS.clear()
+    sent = list(untaken(iter(pipeline()), IndexSet([[0, 2], [4, 5]]), 0, 0))
+    assert [index for index, _ in sent] == [2, 3, 5, 6, 7]
+    assert as_lists(batch for _, batch in sent) == as_lists(whole[i] for i in (2, 3, 5, 6, 7))
+    assert sorted(CALLS) == [6, 7, 8, 9, 10, 11, *range(15, 23)]  # the map ran for the sent batches only
+
+
+def test_a_taken_set_beyond_the_portion_is_refused():
+    from tensorcom.pipeline.portion_sending import untaken
+    from tensorcom.transport.index_set import IndexSet
+
+    with pytest.raises(ValueError, match="has only 8 batches"):
+        list(untaken(iter(pipeline()), IndexSet([[6, 10]]), 0, 0))
+    with pytest.raises(ValueError, match="has only 8 batches"):
+        list(untaken(iter(pipeline()), IndexSet([[9, 10]]), 0, 0))

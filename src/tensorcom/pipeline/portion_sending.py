@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 from tensorcom.batch import batch_size
 from tensorcom.pipeline._mix_source import Mix
 from tensorcom.pipeline.mix import member_counts
+from tensorcom.pipeline._node import skip
 from tensorcom.rates import Throttle
 from tensorcom.transport.index_set import IndexSet
 
@@ -132,14 +133,23 @@ def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: A
 
 
 def untaken(batches: Iterator[Any], taken: IndexSet, epoch: int, portion: int) -> Iterator[tuple[int, Any]]:
-    """(index, batch) for the batches of one epoch of a portion whose index is not in `taken` (those a
-    resumed consumer already has are computed and dropped: pipelines are deterministic given seed,
-    epoch and portion); ValueError at the end when the portion is shorter than the highest taken index
-    (not the pipeline the consumer was fed from)."""
-    count = 0
-    for count, batch in enumerate(batches, 1):
-        if count - 1 not in taken:
-            yield count - 1, batch
-    if count < taken.high:
-        raise ValueError(f"resume: the consumer has batch {taken.high - 1} of epoch {epoch} of portion {portion}, "
-                         f"but the portion has only {count} batches; is this the pipeline it was fed from?")
+    """(index, batch) for the batches of one epoch of a portion whose index is not in `taken`; those a
+    resumed consumer already has are passed over (pipelines are deterministic given seed, epoch and
+    portion; a map or batch stage passes over without computing: tensorcom.pipeline._node.skip).
+    ValueError when the portion is shorter than the highest taken index (not the pipeline the consumer
+    was fed from)."""
+    position = 0
+    for start, stop in taken.intervals:
+        while position < start and (batch := next(batches, _END)) is not _END:
+            yield position, batch
+            position += 1
+        if position == start:
+            position += skip(batches, stop - start)
+        if position < stop:
+            raise ValueError(f"resume: the consumer has batch {taken.high - 1} of epoch {epoch} of portion {portion}, "
+                             f"but the portion has only {position} batches; is this the pipeline it was fed from?")
+    for position, batch in enumerate(batches, position):
+        yield position, batch
+
+
+_END = object()
