@@ -1,0 +1,131 @@
+"""Workers that scale themselves: a pure core that says +1, -1 or 0 from what a server measures.
+
+    scaler = Autoscaler(minimum=1, maximum=8)          cores: os.cpu_count() unless given
+    idle = MachineIdle()                               idle cores from /proc/stat between two calls
+    step = scaler.observe(now, data_wait, idle_share, workers, idle.sample())
+    pool.resize(workers + step)                        the caller acts; the core owns no process
+
+Events in, one per observation (the serving process makes one a second):
+- `data_wait`: the share of time the consumers wait for data (their recent fraction; when no consumer
+  reports, the serving loop's own share of time waiting for the workers' results), 0..1;
+- `idle_share`: the serving process's share of time blocked on send, i.e. waiting for consumers' credit;
+- `workers`: the pool's size now; `machine_idle_cores`: idle cores of the machine, None when unknown.
+
+Action out: +1 when data wait stayed above `threshold` for a whole `window` and the machine has an idle
+core (never past `cores` nor `maximum`); -1 when for a whole window the consumers did not wait (data
+wait under half the threshold) and the server sat idle a share large enough that one worker fewer
+still keeps up (idle share >= 1/workers, and >= `idle_threshold`); 0 otherwise. After a change it
+waits `cooldown` seconds and a fresh window, so every decision sees the new pool's measurements. The
+two rules leave a band between them (a pool that just keeps up stays), which is what lets it settle.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Callable, Optional
+
+from tensorcom.checks import non_negative, positive
+
+IDLE_CORE = 0.75  # idle cores (averaged over a second) that count as "an idle core"
+
+
+class Autoscaler:
+    """Decides, from a stream of observations, when a worker pool should grow or shrink by one."""
+
+    def __init__(self, minimum: int = 1, maximum: Optional[int] = None, cores: Optional[int] = None,
+                 threshold: float = 0.1, window: float = 3.0, cooldown: float = 3.0,
+                 idle_threshold: float = 0.2):
+        self.cores = positive("cores", cores if cores is not None else (os.cpu_count() or 1))
+        self.minimum = non_negative("minimum", minimum)
+        self.maximum = positive("maximum", maximum if maximum is not None else self.cores)
+        if self.minimum > self.maximum:
+            raise ValueError(f"minimum {minimum} is above maximum {self.maximum}")
+        if not 0 < threshold < 1:
+            raise ValueError(f"threshold must lie in (0, 1), got {threshold!r}")
+        if window < 0 or cooldown < 0:
+            raise ValueError(f"window and cooldown must be >= 0, got {window!r}, {cooldown!r}")
+        self.threshold, self.window, self.cooldown = threshold, window, cooldown
+        self.idle_threshold = idle_threshold
+        self.ceiling = min(self.maximum, self.cores)
+        self._seen: collections.deque = collections.deque()  # (now, data_wait, idle_share, idle_cores)
+        self._changed_at: Optional[float] = None
+
+    def start(self) -> int:
+        """The pool size to start with: the minimum (at least one worker when the ceiling allows)."""
+        return max(self.minimum, min(1, self.ceiling))
+
+    def observe(self, now: float, data_wait: float, idle_share: float, workers: int,
+                machine_idle_cores: Optional[float] = None) -> int:
+        """One observation in, the step out: +1, -1 or 0 workers."""
+        if workers < self.minimum:
+            return self._change(now, +1)
+        if workers > self.ceiling:
+            return self._change(now, -1)
+        if self._changed_at is not None and now - self._changed_at < self.cooldown:
+            return 0
+        self._seen.append((now, data_wait, idle_share, machine_idle_cores))
+        while len(self._seen) > 1 and now - self._seen[1][0] >= self.window:
+            self._seen.popleft()
+        if now - self._seen[0][0] < self.window:
+            return 0
+        seen = list(self._seen)
+        if workers < self.ceiling and all(w > self.threshold for _, w, _, _ in seen):
+            idle = [c for _, _, _, c in seen[-2:] if c is not None]
+            if not idle or min(idle) >= IDLE_CORE:
+                return self._change(now, +1)
+        least_idle = max(self.idle_threshold, 1.0 / max(workers, 1))
+        if workers > self.minimum and all(w < self.threshold / 2 and s >= least_idle
+                                          for _, w, s, _ in seen):
+            return self._change(now, -1)
+        return 0
+
+    def _change(self, now: float, step: int) -> int:
+        self._seen.clear()
+        self._changed_at = now
+        return step
+
+
+def parse_stat(text: str) -> tuple[float, float]:
+    """The first line of /proc/stat ("cpu  user nice system idle iowait irq softirq steal ...") ->
+    (idle ticks, total ticks) over all cores; guest time is inside user time and is not added again."""
+    fields = text.split("\n", 1)[0].split()
+    if not fields or fields[0] != "cpu" or len(fields) < 5:
+        raise ValueError(f"not a /proc/stat cpu line: {text[:80]!r}")
+    ticks = [float(x) for x in fields[1:9]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)
+    return idle, sum(ticks)
+
+
+def idle_cores(before: tuple[float, float], after: tuple[float, float], cores: int) -> Optional[float]:
+    """Idle cores between two parse_stat() readings (0..cores); None when no tick passed."""
+    total = after[1] - before[1]
+    if total <= 0:
+        return None
+    return cores * max(0.0, min(1.0, (after[0] - before[0]) / total))
+
+
+def _read_stat(path: str) -> str:
+    with open(path) as stream:
+        return stream.readline()
+
+
+class MachineIdle:
+    """Idle cores of the machine since the previous sample(), read from /proc/stat.
+
+    sample() returns None ("unknown": the autoscaler then allows up to its cores) on the first call,
+    when the file cannot be read (not Linux), or when no tick passed."""
+
+    def __init__(self, path: str = "/proc/stat", cores: Optional[int] = None,
+                 read: Callable[[str], str] = _read_stat):
+        self.path, self.read = path, read
+        self.cores = cores or os.cpu_count() or 1
+        self._last: Optional[tuple[float, float]] = None
+
+    def sample(self) -> Optional[float]:
+        try:
+            now = parse_stat(self.read(self.path))
+        except (OSError, ValueError):
+            return None
+        before, self._last = self._last, now
+        return None if before is None else idle_cores(before, now, self.cores)

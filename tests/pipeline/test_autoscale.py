@@ -1,0 +1,99 @@
+"""The autoscaler's pure core with a fake clock and a model server; the /proc/stat parser."""
+
+import pytest
+
+from tensorcom.pipeline.autoscale import Autoscaler, MachineIdle, idle_cores, parse_stat
+
+
+def model(workers, demand, cores=64):
+    """(data_wait, idle_share) of a server whose workers each make one unit of rate per second,
+    for consumers that would take `demand` units: who waits is whoever is faster."""
+    supply = min(workers, cores)
+    data_wait = max(0.0, 1.0 - supply / demand)
+    idle_share = max(0.0, 1.0 - demand / supply) if supply else 0.0
+    return data_wait, idle_share
+
+
+def run(scaler, workers, demand, seconds=120, idle=None, cores=64):
+    """Observe once a second for `seconds`, acting on every step; the worker counts over time."""
+    counts = []
+    for now in range(seconds):
+        wait, share = model(workers, demand(now) if callable(demand) else demand, cores)
+        workers += scaler.observe(float(now), wait, share, workers, idle)
+        counts.append(workers)
+    return counts
+
+
+def test_rises_to_the_bottleneck_and_settles():
+    scaler = Autoscaler(minimum=1, maximum=16, cores=16, window=3, cooldown=2)
+    counts = run(scaler, scaler.start(), demand=4.5)
+    assert counts[-1] == 5  # 4 workers leave the consumers waiting 11%: a fifth
+    assert counts[-60:] == [5] * 60  # and no oscillation on a steady input
+
+
+@pytest.mark.parametrize("demand", [2.1, 2.3, 2.5, 2.9, 3.3, 6.7])
+def test_no_oscillation_on_a_steady_input(demand):
+    scaler = Autoscaler(minimum=1, maximum=16, cores=16, window=3, cooldown=2)
+    counts = run(scaler, 1, demand=demand, seconds=200)
+    assert len(set(counts[-100:])) == 1, counts[-100:]
+    assert model(counts[-1], demand)[0] <= scaler.threshold  # settled where consumers barely wait
+
+
+def test_stops_at_cores_and_maximum():
+    assert run(Autoscaler(minimum=1, maximum=16, cores=3, window=2, cooldown=1), 1, demand=10)[-1] == 3
+    assert run(Autoscaler(minimum=1, maximum=2, cores=8, window=2, cooldown=1), 1, demand=10)[-1] == 2
+
+
+def test_needs_an_idle_core_of_the_machine():
+    busy = Autoscaler(minimum=1, maximum=8, cores=8, window=2, cooldown=1)
+    assert run(busy, 2, demand=10, idle=0.2)[-1] == 2
+    free = Autoscaler(minimum=1, maximum=8, cores=8, window=2, cooldown=1)
+    assert run(free, 2, demand=10, idle=3.0)[-1] == 8
+
+
+def test_falls_when_consumers_are_slow():
+    scaler = Autoscaler(minimum=1, maximum=16, cores=16, window=3, cooldown=2)
+    counts = run(scaler, 1, demand=lambda now: 6.5 if now < 60 else 1.5, seconds=160)
+    assert counts[59] == 6  # 6 of 6.5 leave the consumers waiting 8%, under the threshold
+    assert counts[-1] == 2 and counts[-40:] == [2] * 40
+    assert min(counts[60:]) == 2  # it never dropped below what the slow consumers need
+
+
+def test_waits_a_whole_window_above_the_threshold():
+    scaler = Autoscaler(minimum=1, maximum=8, cores=8, threshold=0.1, window=3, cooldown=0)
+    waits = [0.5, 0.5, 0.05, 0.5, 0.5, 0.5, 0.5]  # one good second restarts the window
+    steps = [scaler.observe(float(t), w, 0.0, 2) for t, w in enumerate(waits)]
+    assert steps == [0, 0, 0, 0, 0, 0, 1]
+
+
+def test_keeps_within_minimum_and_rejects_bad_bounds():
+    scaler = Autoscaler(minimum=2, maximum=4, cores=8)
+    assert scaler.start() == 2
+    assert scaler.observe(0.0, 0.0, 0.9, 1) == 1
+    assert scaler.observe(1.0, 0.0, 0.9, 5) == -1
+    with pytest.raises(ValueError, match="minimum"):
+        Autoscaler(minimum=5, maximum=2)
+    with pytest.raises(ValueError, match="threshold"):
+        Autoscaler(threshold=1.5)
+
+
+def test_proc_stat_parser_and_idle_cores():
+    before = parse_stat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    after = parse_stat("cpu  200 0 100 1000 50 0 0 0 0 0\n")
+    assert before == (850.0, 1000.0) and after == (1050.0, 1350.0)
+    assert idle_cores(before, after, 4) == pytest.approx(4 * 200 / 350)
+    assert idle_cores(after, after, 4) is None
+    with pytest.raises(ValueError):
+        parse_stat("intr 1 2 3")
+
+
+def test_machine_idle_reads_deltas_and_falls_back_to_unknown():
+    lines = iter(["cpu  10 0 0 90 0 0 0 0\n", "cpu  20 0 0 170 0 0 0 0\n"])
+    idle = MachineIdle(cores=2, read=lambda path: next(lines))
+    assert idle.sample() is None  # first reading: nothing to compare with
+    assert idle.sample() == pytest.approx(2 * 80 / 90)
+    assert MachineIdle(path="/nonexistent/stat").sample() is None
+    real = MachineIdle()
+    real.sample()
+    value = real.sample()
+    assert value is None or 0.0 <= value <= real.cores
