@@ -20,10 +20,10 @@ def noted(sample: int, rng: np.random.Generator) -> tuple[int, int]:
     return sample, int(rng.integers(1 << 30))
 
 
-def pipeline(shuffle: bool = False) -> Pipeline:
+def pipeline(shuffle: bool = False, workers: int = 0) -> Pipeline:
     made = Pipeline(range(23), seed=4)
     made = made.shuffle(5) if shuffle else made
-    return made.map(noted, rng=True).batch(3)
+    return made.map(noted, rng=True, workers=workers).batch(3)
 
 
 def as_lists(batches) -> list:
@@ -31,11 +31,11 @@ def as_lists(batches) -> list:
     return [[np.asarray(field).tolist() for field in batch] for batch in batches]
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_skipped_batches_are_not_computed_and_the_rest_is_the_uninterrupted_pass(shuffle):
+@pytest.mark.parametrize("shuffle, workers", [(False, 0), (True, 0), (True, 2)], ids=["inline", "shuffled", "helpers"])
+def test_skipped_batches_are_not_computed_and_the_rest_is_the_uninterrupted_pass(shuffle, workers):
     whole = list(pipeline(shuffle))
     CALLS.clear()
-    chain = iter(pipeline(shuffle))
+    chain = iter(pipeline(shuffle, workers))
     assert skip(chain, 5) == 5
     assert CALLS == []  # the map's function ran for none of the 15 samples passed over
     assert as_lists(chain) == as_lists(whole[5:])

@@ -15,11 +15,12 @@ positions, and work they started ahead of it is dropped.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from tensorcom.pipeline._node import Node, State, upstream_state, with_states
+from tensorcom.pipeline._node import Node, State, skip, upstream_state, with_states
 from tensorcom.pipeline.stages import RngKey, call
 from tensorcom.pipeline.workers import WorkerPool, parallel_map, prefetching
 
@@ -113,6 +114,17 @@ class WorkerMapped(Helped):
         self.done.add(position)
         self._advance()
         return result
+
+    def pass_over(self, count: int) -> int:
+        """Skip `count` samples without sending them to the helpers when none is in flight (before the
+        first next(), no restored positions pending; their rngs are keyed by position), else take and
+        drop them; returns how many there were."""
+        if self._helpers is not None or self.done:
+            return sum(1 for _ in itertools.islice(self, count))
+        done = skip(self.up, count)
+        self.prefix = self.pulled = self.prefix + done
+        self.prefix_state = self.up.state_dict()
+        return done
 
     def state_dict(self) -> State:
         up = self.prefix_state if self.prefix_state is not None else self.up.state_dict()
