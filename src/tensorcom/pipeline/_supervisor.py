@@ -26,11 +26,12 @@ tensormon --stages).
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable
 
 from tensorcom.pipeline import stage_times
 from tensorcom.pipeline.processes import Entry, Processes
-from tensorcom.rates import RateReport
+from tensorcom.rates import RateReport, Throttle
 
 GRACE = 2.0  # seconds a stopped worker has to leave before it is terminated
 
@@ -42,17 +43,22 @@ class Supervisor:
     def __init__(self, report: float | None, on_report: Callable[[dict], None] | None, hub: Any = None):
         self.owner: Processes | None = None
         self.barrier: Any = None
-        self.workers = 0
-        self.counts: dict[int, tuple[int, int]] = {}
-        self.records: dict[int, stage_times.Record] = {}  # each process's latest stage record
-        self.members: dict[int, dict[str, int]] = {}  # each process's latest mixture member counts
+        self.workers = self.generation = 0  # processes now; how many times a new set was launched
+        self.counts: dict[tuple[int, int], tuple[int, int]] = {}  # (generation, process) -> its counts
+        self.records: dict[tuple[int, int], stage_times.Record] = {}  # each process's latest stage record
+        self.members: dict[tuple[int, int], dict[str, int]] = {}  # each process's latest mixture member counts
         self.reports = RateReport(report, on_report, hub)  # a sharing server's consumers join the reports
 
-    def launch(self, work: Callable[[Any, Any, int], Any], count: int) -> None:
+    def launch(self, work: Callable[[Any, Any, int], Any], count: int, action: Any = None) -> None:
         """Start `count` processes, process i running work(stop, barrier, i) (a picklable callable
-        whose values are its counts), with the owner's stop event and a barrier for all of them."""
+        whose values are its counts), with the owner's stop event and a barrier for all of them
+        (`action`: the barrier's, e.g. a portion_sending.Gate). Launching again, once the processes
+        are done, starts a new set (workers="auto"): the counts of the earlier ones stay in the totals."""
+        if self.owner is not None:
+            self.owner.close()
+            self.generation += 1
         self.owner, self.workers = Processes("serving worker", count, grace=GRACE, daemon=False), count
-        self.barrier = self.owner.ctx.Barrier(count)
+        self.barrier = self.owner.ctx.Barrier(count, action=action)
         self.owner.start(Entry(functools.partial(work, self.owner.stop, self.barrier), first=None),
                          shared=[self.barrier], name="tensorcom-serve")
 
@@ -64,16 +70,17 @@ class Supervisor:
         if kind == "error":
             raise value.error("serving worker")
         if kind == "item":
-            self.counts[index] = tuple(value[:2])
+            key = (self.generation, index)
+            self.counts[key] = tuple(value[:2])
             if len(value) > 2:
-                self.records[index] = value[2]
+                self.records[key] = value[2]
             if len(value) > 3:
-                self.members[index] = value[3]
+                self.members[key] = value[3]
             self.reports.add(self.totals())
 
-    def wait(self) -> None:
+    def wait(self, tick: Callable[[], None] | None = None) -> None:
         """Handle messages until every worker is done; WorkerError on the first failure, WorkerDied
-        when a worker ended without a word."""
+        when a worker ended without a word. `tick()` is called between messages (at least every 0.2 s)."""
         if self.owner is None:
             raise RuntimeError("Supervisor.wait() before launch()")
         while not self.owner.roster.finished:
@@ -81,6 +88,8 @@ class Supervisor:
             if message is not None:
                 self.handle(message)
             self.maybe_report()
+            if tick is not None:
+                tick()
 
     def stats(self, overall: bool = False) -> dict:
         """Totals, and rates over the window of tensorcom.rates (the last 10 s, counted from the first
@@ -96,15 +105,22 @@ class Supervisor:
         if not records:
             return {}
         record = stage_times.merge(records)
-        idle = record.get("send", [0.0])[0]
-        busy = sum(seconds for name, (seconds, _) in record.items() if name != "send")
-        consumers = [] if self.reports.hub is None else self.reports.hub.server.status
-        waits = [_wait_share(c.get("data_wait")) for c in consumers]
+        idle, busy = _idle_busy(record)
         where = {"stages": stage_times.summary(record, sum(s for _, s in counts)), "idle_s": idle, "busy_s": busy,
-                 "verdict": stage_times.verdict(waits, idle, busy)}
+                 "verdict": stage_times.verdict(self.consumer_waits(), idle, busy)}
         if members:
             where["members"] = {name: sum(m.get(name, 0) for m in members) for name in members[0]}
         return where
+
+    def consumer_waits(self) -> list[float | None]:
+        """Each consumer's data wait (a share of its time) as a sharing server knows it; [] without one."""
+        consumers = [] if self.reports.hub is None else self.reports.hub.server.status
+        return [_wait_share(c.get("data_wait")) for c in consumers]
+
+    def idle_busy(self) -> tuple[float, float]:
+        """The processes' seconds waiting on the consumers (in send) and busy, summed, so far."""
+        records = list(self.records.values())
+        return _idle_busy(stage_times.merge(records)) if records else (0.0, 0.0)
 
     def maybe_report(self, force: bool = False) -> None:
         """Report every `report` seconds from the first batch (and at the end when `force`); nothing
@@ -118,6 +134,48 @@ class Supervisor:
         self.owner.stop.set()
         self.barrier.abort()
         self.owner.close()
+
+
+class Scaling:
+    """workers="auto", the parent's side: `tick(supervisor, gate)` (Supervisor.wait calls it) feeds
+    `scaler` (tensorcom.pipeline.autoscale.Autoscaler, or any object with its observe()) one
+    observation every `every` seconds: the consumers' data wait (the largest a sharing server knows;
+    without one, the processes' busy share: what they do not spend waiting on the consumers), the
+    processes' idle share since the previous observation, `target` (the processes now) and the
+    machine's idle cores (`machine.sample()`). When it answers a step, `target` moves by it (within
+    1..`ceiling`) and the gate is asked to stop the processes at the next epoch boundary; the caller
+    then starts `target` processes (and calls `scaler.decided(target)` when it has one, once the gate
+    has been asked). Nothing more is observed until then."""
+
+    def __init__(self, scaler: Any, workers: int, ceiling: int, machine: Any, every: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.scaler, self.target, self.ceiling, self.machine, self.clock = scaler, workers, ceiling, machine, clock
+        self.due = Throttle(every, clock, start=clock())
+        self.last = (0.0, 0.0)  # idle and busy seconds at the previous observation
+
+    def tick(self, supervisor: Supervisor, gate: Any) -> None:
+        if gate.asked or not self.due.due():
+            return
+        idle, busy = supervisor.idle_busy()
+        spent = (idle - self.last[0]) + (busy - self.last[1])
+        if spent <= 0:
+            return  # no stage record yet, or nothing measured since the last observation
+        idle_share, self.last = (idle - self.last[0]) / spent, (idle, busy)
+        waits = [w for w in supervisor.consumer_waits() if w is not None]
+        data_wait = max(waits) if waits else 1.0 - idle_share
+        step = self.scaler.observe(self.clock(), data_wait, idle_share, self.target, self.machine.sample())
+        target = max(1, min(self.ceiling, self.target + step))
+        if target != self.target:
+            self.target = target
+            gate.ask()
+            decided = getattr(self.scaler, "decided", None)
+            if decided is not None:
+                decided(target)
+
+
+def _idle_busy(record: stage_times.Record) -> tuple[float, float]:
+    """(seconds in send: waiting on the consumers, seconds in every other stage) of a stage record."""
+    return record.get("send", [0.0])[0], sum(seconds for name, (seconds, _) in record.items() if name != "send")
 
 
 def _wait_share(value: Any) -> float | None:

@@ -18,6 +18,10 @@ gave no credit. The Connection does not split the two, and the encoding is small
 so the reports count "send" as the process's idle time (waiting on its consumers), every other
 stage as busy time. Lanes whose pipeline draws from a Mix add the samples taken from each member
 (tensorcom.pipeline.mix.member_counts of their states, read only when a report is due).
+
+Stopping at an epoch boundary (workers that scale themselves, tensorcom.serve's workers="auto"): a
+`Gate` shared by the processes and their parent is the barrier's action; the parent `ask()`s, and the
+processes all leave at the same boundary, their epochs complete, with `next_epoch` the one to serve next.
 """
 
 from __future__ import annotations
@@ -94,13 +98,45 @@ def _add(totals: dict[str, int], counts: dict[str, int]) -> None:
         totals[name] = totals.get(name, 0) + count
 
 
+class Gate:
+    """Shared by one set of serving processes and their parent (pass it as the processes' barrier's
+    action, made before they start): the parent calls `ask()`; the action, which the barrier runs once
+    per epoch boundary in one process before any leaves, turns the request into `stopping`, so every
+    process stops at that same boundary (send_epochs returns) and none starts the next epoch, which
+    `next_epoch` names (-1 before a boundary). Lock-free shared memory: one writer per field."""
+
+    def __init__(self, ctx: Any):
+        self.flags = ctx.RawArray("q", [0, 0, -1])  # asked, stopping, the epoch after the last one sent
+
+    def ask(self) -> None:
+        self.flags[0] = 1
+
+    @property
+    def asked(self) -> bool:
+        return bool(self.flags[0])
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self.flags[1])
+
+    @property
+    def next_epoch(self) -> int:
+        return self.flags[2]
+
+    def __call__(self) -> None:  # the barrier's action: every process has finished the epoch
+        if self.flags[0]:
+            self.flags[1] = 1
+
+
 def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: Any, barrier: Any,
-                taken: Callable[[int, int], IndexSet] | None = None, clock: Any = None) -> Iterator[tuple]:
+                taken: Callable[[int, int], IndexSet] | None = None, clock: Any = None,
+                gate: Gate | None = None) -> Iterator[tuple]:
     """Send each epoch of every lane (module docstring), each lane's batches followed by its marker;
     after an epoch wait at `barrier` for the other processes, so that no process's next epoch
     overtakes another's markers. Yields the counts (batches, samples) sent so far when a report is
     due and after each epoch. `taken(epoch, v)`: the batch indices the consumers already have.
-    `clock`: a StageClock that times the sends (module docstring); the counts then carry its record."""
+    `clock`: a StageClock that times the sends (module docstring); the counts then carry its record.
+    `gate`: the Gate that is `barrier`'s action; when it is stopping after a boundary, return there."""
     progress = _Progress(clock, lanes)
     epoch = first_epoch
     while (epochs is None or epoch < first_epoch + epochs) and not stop.is_set():
@@ -128,8 +164,12 @@ def send_epochs(lanes: list[Lane], epochs: int | None, first_epoch: int, stop: A
                 if progress.add(found[1]):
                     yield progress.report([running for running, _ in active])
         yield progress.report([])  # an epoch's counts reach the report even if the next send blocks
+        if gate is not None:
+            gate.flags[2] = epoch + 1  # every process writes the same value
         barrier.wait()
         epoch += 1
+        if gate is not None and gate.stopping:
+            return
 
 
 def untaken(batches: Iterator[Any], taken: IndexSet, epoch: int, portion: int) -> Iterator[tuple[int, Any]]:

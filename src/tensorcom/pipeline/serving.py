@@ -43,17 +43,20 @@ parent and exit when it disappears (tensorcom.pipeline._watch).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import multiprocessing
+import os
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from tensorcom.checks import positive
 from tensorcom.pipeline._pipeline import Pipeline
-from tensorcom.pipeline._supervisor import Supervisor
+from tensorcom.pipeline._supervisor import Scaling, Supervisor
 from tensorcom.pipeline.function_spec import load_function
 from tensorcom.pipeline.observe import serve_metrics
-from tensorcom.pipeline.portion_sending import Lane, send_epochs
+from tensorcom.pipeline.portion_sending import Gate, Lane, send_epochs
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.stage_times import StageClock, timed
 from tensorcom.pipeline.workers import check_picklable
@@ -172,13 +175,14 @@ class ServeJob:
                           portion=(self.stream, portion, self.portions), **options)
 
 
-def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterator[tuple]:
+def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int, gate: Gate | None = None) -> Iterator[tuple]:
     """Build process `index`'s portions of the pipeline (portion v as worker v of V), send them epoch
     by epoch, each on its own Connection tagged with its portion (yielding send_epochs's counts with
     the stage record of one StageClock that times every portion's pipeline and sends),
     close the connections: their consumers read everything first (for at most options["linger"]
     seconds when not None), or Connection.close raises Undelivered, which fails the process. After a
-    failure or a stop, what is queued is discarded."""
+    failure or a stop, what is queued is discarded. `gate` (workers="auto"): the barrier's
+    portion_sending.Gate, which may end the run at an epoch boundary (the connections close as above)."""
     made = resolve(job.spec)
     linger = job.options.get("linger", DEFAULT_LINGER)
     lanes: list[Lane] = []
@@ -186,7 +190,7 @@ def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterat
     try:
         for portion in job.portions_of(index):
             lanes.append(Lane(portion, timed(made.shard(portion, job.portions), clock), job.connect(portion)))
-        yield from send_epochs(lanes, job.epochs, job.plan.epoch, stop, barrier, job.plan.taken, clock)
+        yield from send_epochs(lanes, job.epochs, job.plan.epoch, stop, barrier, job.plan.taken, clock, gate)
     except BaseException:
         linger = 0.0
         raise
@@ -196,17 +200,22 @@ def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int) -> Iterat
             lane.conn.close(linger=0.0 if stop.is_set() else linger)
 
 
-def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int | None = 1, first_epoch: int = 0,
+def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs: int | None = 1, first_epoch: int = 0,
           report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
           connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
           min_consumers: int = 1, sharing: dict | None = None, curve: Any = None, portions: int | None = None,
-          metrics: str | None = None) -> dict:
+          metrics: str | None = None, min_workers: int | None = None, max_workers: int | None = None,
+          scaler: Any = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
     pipeline: Pipeline, "module:function", or callable returning a Pipeline. workers: processes, default
     one per binding URL, else 1 (at most `portions` run). portions: V, the stream's portions (default:
     workers). epochs: how many epochs (None: forever), numbered from `first_epoch`.
+    workers="auto": workers that scale themselves (see auto_scaling): from `min_workers` (default 1)
+    to `max_workers` (default os.cpu_count(), at most V) processes, V = `portions` or max_workers,
+    the number changing only at epoch boundaries; `scaler`: what decides (default an
+    tensorcom.pipeline.autoscale.Autoscaler), connecting or sharing URLs only.
     resume: a consumer's `Connection.state_dict()` (or the path of the JSON file `save_state` wrote;
     `merge_states` of a zsplit job's ranks): serve only what the consumers have not had, from their
     epoch on (the epochs before it count towards `epochs`), as the same stream with the same V
@@ -226,8 +235,10 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
     TransportError when a sharing server could not deliver everything.
     """
-    if workers is not None:
+    if workers != "auto" and workers is not None:
         positive("workers", workers)
+    if workers != "auto" and (min_workers is not None or max_workers is not None or scaler is not None):
+        raise ValueError(f"min_workers, max_workers and scaler go with workers='auto', not workers={workers!r}")
     if epochs is not None:
         positive("epochs", epochs)
     check_spec(pipeline)
@@ -239,7 +250,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
         return _serve_to(pipeline, hub.worker_url if hub else urls, hub, workers=workers, epochs=epochs,
                          first_epoch=first_epoch, report=report, on_report=on_report,
                          connection_options=connection_options, linger=linger, resume=resume,
-                         portions=portions, metrics=metrics)
+                         portions=portions, metrics=metrics,
+                         scaling=(min_workers, max_workers, scaler) if workers == "auto" else None)
     except BaseException:
         if hub is not None:
             hub.abort()
@@ -248,8 +260,12 @@ def serve(pipeline: Any, urls: Any, *, workers: int | None = None, epochs: int |
 
 def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
               report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
-              linger: float | None, resume: Any, portions: int | None, metrics: str | None = None) -> dict:
-    """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None)."""
+              linger: float | None, resume: Any, portions: int | None, metrics: str | None = None,
+              scaling: tuple | None = None) -> dict:
+    """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None); `scaling`:
+    (min_workers, max_workers, scaler) for workers="auto"."""
+    if scaling is not None:
+        scaling, workers, portions = auto_scaling(*scaling, urls=urls, resume=resume, portions=portions)
     assigned, binds = assign_urls(urls, workers)
     plan = resume_plan(resume, len(assigned), first_epoch, epochs, portions)
     if binds and plan.portions != len(assigned):
@@ -262,8 +278,11 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
     supervisor = Supervisor(report, on_report, hub)
     endpoint = serve_metrics(metrics, supervisor, hub)  # reads the supervisor's figures at each request
     try:
-        supervisor.launch(functools.partial(serve_portions, job), job.processes)
-        supervisor.wait()
+        if scaling is None:
+            supervisor.launch(functools.partial(serve_portions, job), job.processes)
+            supervisor.wait()
+        else:
+            serve_scaled(supervisor, job, scaling)
         consumers = None if hub is None else finish_hub(hub, job.epochs)["consumers"]
         supervisor.maybe_report(force=True)
         stats = supervisor.stats(overall=True)
@@ -272,6 +291,50 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
         supervisor.close()
         if endpoint is not None:
             endpoint.close()
+
+
+def auto_scaling(minimum: int | None, maximum: int | None, scaler: Any, *, urls: Any, resume: Any,
+                 portions: int | None) -> tuple[Scaling, int, int]:
+    """(the Scaling, the processes to start with, V) for workers="auto": V is `portions`, else the
+    resumed state's, else `maximum` (default os.cpu_count()); at most min(maximum, V, cores)
+    processes run (the scaler's own bound on cores applies too). ValueError for a bad minimum or
+    maximum, or binding URLs (each binds for one process: their number cannot change)."""
+    from tensorcom.pipeline.autoscale import Autoscaler, MachineIdle
+
+    cores = os.cpu_count() or 1
+    minimum = positive("min_workers", 1 if minimum is None else minimum)
+    maximum = positive("max_workers", cores if maximum is None else maximum)
+    if minimum > maximum:
+        raise ValueError(f"workers='auto': min_workers={minimum} is above max_workers={maximum}")
+    if assign_urls(urls, None)[1]:
+        raise ValueError(f"workers='auto' needs connecting URLs (zpush, zrpub) or a sharing server (zshare, "
+                         f"zsplit): a binding URL ({urls!r}) is bound by one process, so their number cannot change")
+    resumed = None if resume is None else ResumePlan.from_state(resume)
+    count = portions or (resumed.portions if resumed else maximum)
+    if minimum > count:
+        raise ValueError(f"workers='auto': min_workers={minimum} is more than the stream's {count} portions")
+    ceiling = min(maximum, count, cores)
+    scaler = scaler if scaler is not None else Autoscaler(min(minimum, ceiling), ceiling, cores)
+    start = min(minimum, ceiling)
+    return Scaling(scaler, start, ceiling, MachineIdle()), start, count
+
+
+def serve_scaled(supervisor: Supervisor, job: ServeJob, scaling: Scaling) -> None:
+    """Run `job` as sets of processes: each set serves whole epochs until `scaling` asks for another
+    number (portion_sending.Gate: they all stop at the same epoch boundary, their connections closed
+    once the consumers have everything), then `scaling.target` processes serve the same stream (same
+    V, portions re-dealt v % N == i) from the next epoch. Returns when the epochs are served."""
+    end = None if job.epochs is None else job.plan.epoch + job.epochs
+    while True:
+        gate = Gate(multiprocessing.get_context("spawn"))
+        supervisor.launch(functools.partial(serve_portions, job, gate=gate), job.processes, action=gate)
+        supervisor.wait(lambda: scaling.tick(supervisor, gate))
+        following = gate.next_epoch
+        if not gate.stopping or (end is not None and following >= end):
+            return
+        job = dataclasses.replace(job, urls=[job.urls[0]] * scaling.target,
+                                  plan=dataclasses.replace(job.plan, epoch=following),
+                                  epochs=None if end is None else end - following)
 
 
 def resume_plan(resume: Any, workers: int, first_epoch: int, epochs: int | None,

@@ -1,0 +1,111 @@
+"""tensorcom.serve(workers="auto"): the number of serving processes changes at an epoch boundary,
+and the consumer still gets every epoch exactly once, each portion in order."""
+
+import functools
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from tensorcom.pipeline import Pipeline
+from tensorcom.pipeline.serving import serve
+from tensorcom.transport.connection import Connection
+
+pytestmark = [pytest.mark.net, pytest.mark.procs]
+
+HELD = 39  # the last sample of the source: never in a portion's first batch, so a batch went out before
+
+
+def to_sample(i):
+    return {"__key__": f"s{i:04d}", "i": np.int32(i)}
+
+
+def hold_at(fifo, sample):
+    """Sample HELD waits until the test's scaler opens `fifo` (opening a named pipe to read blocks
+    until a writer opens it); once the scaler has removed it, nothing waits."""
+    if sample["i"] == HELD and os.path.exists(fifo):
+        with open(fifo) as stream:
+            stream.read()
+    return sample
+
+
+class Shuffled:
+    """Picklable factory: 40 samples shuffled per epoch, batches of 5; with `fifo`, held at HELD."""
+
+    def __init__(self, fifo=None):
+        self.fifo = fifo
+
+    def __call__(self):
+        made = Pipeline(range(40), seed=3).shuffle(8).map(to_sample)
+        return (made.map(functools.partial(hold_at, self.fifo)) if self.fifo else made).batch(5)
+
+
+class OneStep:
+    """A scaler that says +1 at its first observation (while epoch 0 is held, so the change comes at
+    its end) and lets the held sample go once the processes have been asked to stop there."""
+
+    def __init__(self, fifo):
+        self.fifo, self.seen = fifo, []
+
+    def observe(self, now, data_wait, idle_share, workers, idle_cores):
+        self.seen.append(workers)
+        return 1 if len(self.seen) == 1 else 0
+
+    def decided(self, target):
+        with open(self.fifo, "w") as stream:  # blocks until the held process opens it
+            os.unlink(self.fifo)
+            stream.write("go")
+
+
+def portion_orders(epoch, portions=2):
+    """Each portion's batches of `epoch`, as tuples of sample ids, in the order it serves them."""
+    orders = []
+    for v in range(portions):
+        pipeline = Shuffled()().shard(v, portions)
+        pipeline.set_epoch(epoch)
+        orders.append([tuple(int(i) for i in batch["i"]) for batch in pipeline])
+    return orders
+
+
+def test_auto_workers_change_at_an_epoch_boundary_without_loss_or_reorder(free_port, tmp_path):
+    fifo = str(tmp_path / "held")
+    os.mkfifo(fifo)
+    scaler, port, result = OneStep(fifo), free_port(), {}
+
+    def run():
+        try:
+            result["stats"] = serve(Shuffled(fifo), f"zpush://127.0.0.1:{port}", workers="auto", min_workers=1,
+                                    max_workers=2, scaler=scaler, epochs=3, report=None)
+        except BaseException as exc:
+            result["error"] = exc
+
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=60) as conn:
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        epochs = [[tuple(int(i) for i in batch["i"]) for batch in conn] for _ in range(3)]
+        thread.join(timeout=60)
+    assert "error" not in result, result
+    assert scaler.seen[0] == 1 and result["stats"]["workers"] == 2  # one process, then two
+    for epoch, got in enumerate(epochs):
+        orders = portion_orders(epoch)
+        assert sorted(got) == sorted(batch for order in orders for batch in order)  # each batch once
+        for order in orders:
+            assert [batch for batch in got if batch in order] == order  # each portion in its order
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"min_workers": 0}, "min_workers"),
+    ({"min_workers": 3, "max_workers": 2}, "above max_workers"),
+    ({"max_workers": 2, "portions": 1, "min_workers": 2}, "portions"),
+])
+def test_auto_workers_with_a_bad_minimum_or_maximum_is_a_clear_error(options, message):
+    with pytest.raises(ValueError, match=message):
+        serve(Shuffled(), "zpush://127.0.0.1:9", workers="auto", report=None, **options)
+
+
+def test_auto_workers_refuses_binding_urls_and_plain_counts_refuse_auto_options():
+    with pytest.raises(ValueError, match="connecting URLs"):
+        serve(Shuffled(), "zpub://127.0.0.1:9", workers="auto", report=None)
+    with pytest.raises(ValueError, match="workers='auto'"):
+        serve(Shuffled(), "zpush://127.0.0.1:9", workers=2, max_workers=4, report=None)
