@@ -2,7 +2,7 @@
 
 import pytest
 
-from tensorcom.pipeline.autoscale import Autoscaler, MachineIdle, idle_cores, parse_stat
+from tensorcom.pipeline.autoscale import Autoscaler, Elastic, MachineIdle, Tuner, idle_cores, parse_stat
 
 
 def model(workers, demand, cores=64):
@@ -97,3 +97,37 @@ def test_machine_idle_reads_deltas_and_falls_back_to_unknown():
     real.sample()
     value = real.sample()
     assert value is None or 0.0 <= value <= real.cores
+
+
+class FakePool:
+    def __init__(self, size):
+        self.size = size
+
+    def resize(self, size):
+        self.size = size
+
+
+def test_tuner_observes_once_an_interval_and_resizes_the_pool():
+    clock = {"now": 0.0, "sent": 0.0}
+    said = []
+    tuner = Tuner(Autoscaler(minimum=1, maximum=4, cores=4, window=2, cooldown=0), interval=1.0,
+                  sent=lambda: clock["sent"], machine=MachineIdle(read=lambda path: ""),
+                  now=lambda: clock["now"], say=said.append)
+    pool, waited = FakePool(1), 0.0
+    for tick in range(40):  # every 0.25 s a result, after waiting 0.2 s for it: data wait 80%
+        clock["now"] = tick * 0.25
+        waited += 0.2
+        tuner(pool, waited)
+    assert pool.size == 4 and said[-1] == "map workers 4 (auto)"
+    for tick in range(40, 80):  # now the loop waits on sends (70%), not on results
+        clock["now"] = tick * 0.25
+        clock["sent"] += 0.175
+        tuner(pool, waited)
+    assert pool.size == 1 and said[-1] == "map workers 1 (auto)"
+
+
+def test_elastic_spec():
+    assert Elastic.of("auto") == Elastic() and Elastic.of(3) is None
+    assert Elastic.of(Elastic(2, 5)).scaler().minimum == 2
+    with pytest.raises(ValueError, match="'auto'"):
+        Elastic.of("fast")

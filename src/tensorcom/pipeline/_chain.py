@@ -19,6 +19,7 @@ from tensorcom.pipeline._pooled import MapPlan, Parallel, Prefetched, Tagged, Wo
 from tensorcom.pipeline._portions import PortionPool, shard_parallel
 from tensorcom.pipeline._shuffle import Shuffled
 from tensorcom.pipeline._sliced import Sliced, sliced_length
+from tensorcom.pipeline.autoscale import Elastic, Tuner, stderr_line
 from tensorcom.pipeline.stage_times import stage_names
 from tensorcom.pipeline.stages import Batched, FieldSelector, FieldTuple, Filtered, Mapped, Repeated, Unbatched
 from tensorcom.pipeline.workers import WorkerPool
@@ -139,11 +140,30 @@ def _map(p: Any, step: Any, up: Node, rng_key: tuple | None) -> Node:
     a = step.args
     if a["workers"] == 0:
         return Mapped(up, a["fn"], rng_key)
+    if Elastic.of(a["workers"]) is not None:
+        return _autoscaled(p, step, up, rng_key)
     pool = p._pools.get(step)
     persistent = a["processes"] if a["persistent"] is None else a["persistent"]
     if persistent and pool is None:
         pool = p._pools[step] = WorkerPool(Tagged(a["fn"]), a["workers"], a["processes"])
     plan = MapPlan(a["workers"], a["processes"], a["ordered"], a["buffer"], rng_key, pool)
+    return WorkerMapped(up, a["fn"], plan)
+
+
+def _autoscaled(p: Any, step: Any, up: Node, rng_key: tuple | None) -> Node:
+    """map(fn, workers="auto"): on a kept pool of as many workers as it may grow to, of which a
+    Tuner lets as many compute as its Autoscaler says, measuring the wait for results and, in a
+    timed pipeline (a serving process), the time blocked in "send"."""
+    a, elastic = step.args, Elastic.of(step.args["workers"])
+    pool = p._pools.get(step)
+    if pool is None:
+        scaler = elastic.scaler()
+        pool = p._pools[step] = WorkerPool(Tagged(a["fn"]), scaler.start(), a["processes"], capacity=scaler.ceiling)
+        pool.tuner = Tuner(scaler, elastic.interval, say=stderr_line)
+    clock = p.__dict__.get("_clock")
+    if clock is not None:
+        pool.tuner.sent = lambda: clock.totals.get("send", (0.0, 0))[0]
+    plan = MapPlan(pool.capacity, a["processes"], a["ordered"], a["buffer"], rng_key, pool)
     return WorkerMapped(up, a["fn"], plan)
 
 

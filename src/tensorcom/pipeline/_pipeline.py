@@ -53,6 +53,7 @@ from tensorcom.pipeline._fieldstages import DictMapper, Renamer, SampleDecoder, 
 from tensorcom.pipeline._mix_source import Mix
 from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
+from tensorcom.pipeline.autoscale import Elastic
 from tensorcom.pipeline.hf_sources import hf_source
 from tensorcom.pipeline.sources import IterableSource, Source
 from tensorcom.pipeline.workers import WorkerPool, check_picklable
@@ -157,16 +158,18 @@ class Pipeline:
 
     # --- stages ---------------------------------------------------------------------------------
 
-    def map(self, fn: Callable, *, rng: bool = False, workers: int = 0, processes: bool = False,
+    def map(self, fn: Callable, *, rng: bool = False, workers: int | str | Elastic = 0, processes: bool = False,
             ordered: bool = True, buffer: int | None = None, persistent: bool | None = None) -> Pipeline:
         """Apply fn(sample) — or fn(sample, rng) with rng=True — to each sample. `workers` > 0 runs it
         on that many threads (I/O-bound fn) or, with processes=True, spawned processes (CPU-bound;
         fn must then be picklable: a module-level function or callable object). `ordered=False`
         yields results as they finish; `buffer` bounds samples in flight (default 2 × workers).
         `persistent` keeps the workers between epochs, until close() or garbage collection (default:
-        processes are kept, threads are not)."""
+        processes are kept, threads are not). `workers="auto"` (or an autoscale.Elastic(min, max)):
+        a kept pool whose size follows the load as it runs (tensorcom.pipeline.autoscale)."""
         _callable("map function", fn)
-        _non_negative("workers", workers)
+        if Elastic.of(workers) is None:
+            _non_negative("workers", workers)
         if buffer is not None:
             _positive("buffer", buffer)
         if processes and workers == 0:

@@ -1,9 +1,10 @@
 """Workers that scale themselves: a pure core that says +1, -1 or 0 from what a server measures.
 
-    scaler = Autoscaler(minimum=1, maximum=8)          cores: os.cpu_count() unless given
+    scaler = Autoscaler(minimum=1, maximum=8)          cores: the CPUs this process may use unless given
     idle = MachineIdle()                               idle cores from /proc/stat between two calls
     step = scaler.observe(now, data_wait, idle_share, workers, idle.sample())
     pool.resize(workers + step)                        the caller acts; the core owns no process
+    Pipeline.map(fn, workers=Elastic(1, 8)) / "auto"   a map whose pool a Tuner resizes as it runs
 
 Events in, one per observation (the serving process makes one a second):
 - `data_wait`: the share of time the consumers wait for data (their recent fraction; when no consumer
@@ -23,11 +24,22 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Callable, Optional
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from tensorcom.checks import non_negative, positive
 
 IDLE_CORE = 0.75  # idle cores (averaged over a second) that count as "an idle core"
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it, else os.cpu_count())."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class Autoscaler:
@@ -36,7 +48,7 @@ class Autoscaler:
     def __init__(self, minimum: int = 1, maximum: Optional[int] = None, cores: Optional[int] = None,
                  threshold: float = 0.1, window: float = 3.0, cooldown: float = 3.0,
                  idle_threshold: float = 0.2):
-        self.cores = positive("cores", cores if cores is not None else (os.cpu_count() or 1))
+        self.cores = positive("cores", cores if cores is not None else usable_cores())
         self.minimum = non_negative("minimum", minimum)
         self.maximum = positive("maximum", maximum if maximum is not None else self.cores)
         if self.minimum > self.maximum:
@@ -119,7 +131,7 @@ class MachineIdle:
     def __init__(self, path: str = "/proc/stat", cores: Optional[int] = None,
                  read: Callable[[str], str] = _read_stat):
         self.path, self.read = path, read
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or os.cpu_count() or 1  # /proc/stat counts every core of the machine
         self._last: Optional[tuple[float, float]] = None
 
     def sample(self) -> Optional[float]:
@@ -129,3 +141,73 @@ class MachineIdle:
             return None
         before, self._last = self._last, now
         return None if before is None else idle_cores(before, now, self.cores)
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """How many workers an autoscaled map may run (`workers="auto"` is Elastic()): from `minimum` to
+    `maximum` (None: the usable cores), decided by an Autoscaler with these settings every `interval`
+    seconds. Picklable: it travels with the pipeline to serving processes."""
+
+    minimum: int = 1
+    maximum: Optional[int] = None
+    threshold: float = 0.1
+    window: float = 3.0
+    cooldown: float = 3.0
+    interval: float = 1.0
+
+    @staticmethod
+    def of(workers: Any) -> Optional["Elastic"]:
+        """Elastic() for "auto", `workers` itself when it is an Elastic, None for a fixed count;
+        ValueError for any other string."""
+        if isinstance(workers, Elastic):
+            return workers
+        if isinstance(workers, str):
+            if workers != "auto":
+                raise ValueError(f"workers must be a count or 'auto', got {workers!r}")
+            return Elastic()
+        return None
+
+    def scaler(self) -> Autoscaler:
+        return Autoscaler(self.minimum, self.maximum, threshold=self.threshold, window=self.window,
+                          cooldown=self.cooldown)
+
+
+class Tuner:
+    """Runs `scaler` on a worker pool's measurements, at most once per `interval` seconds.
+
+    Called as tuner(pool, waited) by the pool's map after each result (tensorcom.pipeline.workers),
+    `waited` being the pool's total seconds its consumer spent waiting for results: data wait is the
+    share of wall time spent so since the last observation; idle share the share spent in `sent()`
+    (total seconds blocked sending, e.g. a StageClock's "send"; 0 without one: the pool then only
+    grows while its consumer waits). It resizes the pool by the scaler's step and, with `say`, tells
+    each change ("map workers 3 (auto)")."""
+
+    def __init__(self, scaler: Autoscaler, interval: float = 1.0, sent: Optional[Callable[[], float]] = None,
+                 machine: Optional[MachineIdle] = None, now: Callable[[], float] = time.monotonic,
+                 say: Optional[Callable[[str], None]] = None):
+        self.scaler, self.interval, self.now = scaler, interval, now
+        self.sent = sent or (lambda: 0.0)
+        self.machine = machine if machine is not None else MachineIdle()
+        self.say = say
+        self._last: Optional[tuple[float, float, float]] = None
+
+    def __call__(self, pool: Any, waited: float) -> None:
+        now = self.now()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return
+        last, self._last = self._last, (now, waited, self.sent())
+        idle_cores = self.machine.sample()
+        if last is None or now <= last[0]:
+            return
+        span = now - last[0]
+        wait, idle = (waited - last[1]) / span, (self._last[2] - last[2]) / span
+        step = self.scaler.observe(now, wait, idle, pool.size, idle_cores)
+        if step:
+            pool.resize(pool.size + step)
+            if self.say is not None:
+                self.say(f"map workers {pool.size} (auto)")
+
+
+def stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

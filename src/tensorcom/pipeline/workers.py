@@ -2,6 +2,7 @@
 
     parallel_map(source, fn, workers=N, processes=False, ordered=True, buffer=None, rng_key=None)
     WorkerPool(fn, N, processes).map(source, ...)   the same, with workers kept for the next map
+    WorkerPool(fn, N, processes, capacity=M).resize(n)   M workers, n of them computing at once
     prefetching(source, size)
     serial_map(source, fn)   the map in the caller's thread, failing as a worker would
 
@@ -38,6 +39,7 @@ import functools
 import pickle
 import queue
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
@@ -131,30 +133,47 @@ class WorkerPool:
     the workers stay up between maps (started by the first map's first next()). close() stops them;
     so does garbage collection of the pool, and any failure of a map."""
 
-    def __init__(self, fn: Callable, workers: int, processes: bool = False):
+    def __init__(self, fn: Callable, workers: int, processes: bool = False, capacity: int | None = None):
         check_sizes(workers, None)
         if processes:
             check_picklable(fn, "map function")
         self.fn, self.size, self.processes = fn, workers, processes
+        if capacity is not None:
+            check_sizes(capacity, None)
+        self.capacity = workers if capacity is None else capacity
+        self.resize(workers)
         self.busy = False
+        self.tuner: Callable[[WorkerPool, float], None] | None = None  # autoscale.Tuner: tuner(pool, waited)
+        self.waited = 0.0  # seconds the maps' consumers waited for results (measured with a tuner only)
         self._workers: _Workers | None = None
         self._finalizer: Any = None
+
+    def resize(self, workers: int) -> None:
+        """Let `workers` (1..capacity) of the pool's workers compute at once, from the next task on,
+        during a map too. The pool starts `capacity` workers; below it, at most `workers` tasks are
+        in their hands (the others wait on the task queue, using no CPU), so a shrink lets the
+        tasks in flight finish and a grow hands out more: results, their order and their values are
+        those of any other size."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= self.capacity:
+            raise ValueError(f"workers must be from 1 to the pool's capacity {self.capacity}, got {workers!r}")
+        self.size = workers
 
     def map(self, source: Iterable, *, ordered: bool = True, buffer: int | None = None,
             rng_key: RngKey | None = None) -> Iterator:
         """Yield fn(sample) for each sample of `source` (see `parallel_map`)."""
-        return self._map(source, ordered, check_sizes(self.size, buffer), rng_key)
+        return self._map(source, ordered, check_sizes(self.size, buffer), rng_key, buffer is None)
 
-    def _map(self, source: Iterable, ordered: bool, buffer: int, rng_key: RngKey | None) -> Iterator:
+    def _map(self, source: Iterable, ordered: bool, buffer: int, rng_key: RngKey | None,
+             follow: bool = False) -> Iterator:
         if self.busy:
             raise RuntimeError("this WorkerPool is already running a map; finish or close that one first")
         self.busy = True
         try:
             if self._workers is None or self._workers.closed:
-                self._workers = _Workers(self.fn, self.size, self.processes)
+                self._workers = _Workers(self.fn, self.capacity, self.processes)
                 self._finalizer = weakref.finalize(self, self._workers.close)
             self._workers.current.value += 1
-            yield from _drive(iter(source), self._workers, buffer, ordered, rng_key)
+            yield from _drive(iter(source), self._workers, buffer, ordered, rng_key, self, follow)
         except GeneratorExit:
             raise
         except BaseException:
@@ -204,15 +223,22 @@ def _owned(pool: WorkerPool, results: Iterator) -> Iterator:
         pool.close()
 
 
-def _drive(samples: Iterator, workers: _Workers, buffer: int, ordered: bool, rng_key: RngKey | None) -> Iterator:
+def _drive(samples: Iterator, workers: _Workers, buffer: int, ordered: bool, rng_key: RngKey | None,
+           pool: WorkerPool | None = None, follow: bool = False) -> Iterator:
     """Feed `workers` from `samples` keeping at most `buffer` outstanding; yield results. A failure
-    is raised in its turn when ordered (after every result before it), at once otherwise."""
+    is raised in its turn when ordered (after every result before it), at once otherwise. With the
+    `pool` the workers belong to: the buffer 2 × pool.size when `follow`, at most pool.size tasks in
+    the workers' hands while it is below its capacity, and with its tuner, the wait for results
+    measured and the tuner called after each."""
     generation = workers.current.value
     submitted = received = yielded = 0
     pending: dict[int, tuple] = {}
     exhausted = False
     while True:
-        while not exhausted and submitted - yielded < buffer:
+        size = pool.size if pool is not None else buffer
+        buffer = 2 * size if follow else buffer
+        hands = size if pool is not None and size < pool.capacity else buffer
+        while not exhausted and submitted - yielded < buffer and submitted - received < hands:
             try:
                 workers.put(generation, submitted, next(samples), rng_key)
                 submitted += 1
@@ -220,7 +246,13 @@ def _drive(samples: Iterator, workers: _Workers, buffer: int, ordered: bool, rng
                 exhausted = True
         if received == submitted:
             return
-        kind, (answer_generation, position), value = workers.get()
+        if pool is None or pool.tuner is None:
+            kind, (answer_generation, position), value = workers.get()
+        else:
+            began = time.perf_counter()
+            kind, (answer_generation, position), value = workers.get()
+            pool.waited += time.perf_counter() - began
+            pool.tuner(pool, pool.waited)
         if answer_generation != generation:
             continue  # left over from an earlier map that was abandoned
         received += 1
