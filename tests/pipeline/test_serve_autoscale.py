@@ -109,3 +109,35 @@ def test_auto_workers_refuses_binding_urls_and_plain_counts_refuse_auto_options(
         serve(Shuffled(), "zpub://127.0.0.1:9", workers="auto", report=None)
     with pytest.raises(ValueError, match="workers='auto'"):
         serve(Shuffled(), "zpush://127.0.0.1:9", workers=2, max_workers=4, report=None)
+
+
+def small_pipeline():
+    """A factory for the command line: 20 samples in batches of 4."""
+    return Pipeline(range(20)).map(to_sample).batch(4)
+
+
+def test_command_line_w_auto_serves_each_epoch_once_over_max_workers_portions(free_port):
+    from tensorcom.cli import serve as cli
+
+    port, result = free_port(), {}
+    argv = [f"{__file__}:small_pipeline", f"zpush://127.0.0.1:{port}", "-w", "auto", "--max-workers", "2",
+            "--epochs", "2", "-q"]
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=60) as conn:
+        thread = threading.Thread(target=lambda: result.setdefault("status", cli.main(argv)), daemon=True)
+        thread.start()
+        epochs = [sorted(int(i) for batch in conn for i in batch["i"]) for _ in range(2)]
+        thread.join(timeout=60)
+    # two portions (--max-workers), so each pass ends after both portions' markers
+    assert epochs == [list(range(20))] * 2 and result == {"status": 0}
+
+
+@pytest.mark.parametrize("more, message", [
+    (["-w", "auto", "--min-workers", "3", "--max-workers", "2"], "above max_workers"),
+    (["-w", "2", "--max-workers", "4"], "go with -w auto"),
+])
+def test_command_line_refuses_bad_auto_bounds_in_one_line(capsys, more, message):
+    from tensorcom.cli import serve as cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main([f"{__file__}:small_pipeline", "zpush://127.0.0.1:9", *more])
+    assert info.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]

@@ -15,6 +15,11 @@ portions (default: the workers), which the workers share out; a restart with `--
 another `-w`. Options may come before,
 between or after MODULE:FUNCTION and the URLs.
 
+`-w auto` starts --min-workers processes (default 1) and adds one while the consumers wait for data
+and the machine has an idle core, removes one while they sit waiting on the consumers, up to
+--max-workers (default: the cores), which is also the stream's portions unless --portions says; the
+number changes only between epochs (docs/scaling.md, "Workers that scale themselves").
+
 `--ray N` serves from N Ray actors instead of local worker processes (tensorcom.ray; docs/ray.md),
 on a new local Ray instance or the cluster `--address` names, so the same command runs on a laptop
 and on a cluster; with a zshare:// or zsplit:// URL a dead actor is restarted without loss:
@@ -42,11 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="tensorcom serve", description="Serve the pipeline or batches MODULE:FUNCTION returns.")
     parser.add_argument("factory", metavar="MODULE:FUNCTION", help="function returning a Pipeline or an iterable of batches")
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"where to send (default {DEFAULT_URL})")
-    parser.add_argument("-w", "--workers", type=positive_int, default=None,
-                        help="worker processes (default: one per binding URL, else 1)")
+    parser.add_argument("-w", "--workers", type=workers_or_auto, default=None,
+                        help="worker processes, or 'auto': as many as keep the consumers fed, from --min-workers "
+                             "to --max-workers, changing at epoch boundaries (default: one per binding URL, else 1)")
+    parser.add_argument("--min-workers", type=positive_int, default=None, metavar="N",
+                        help="with -w auto: the fewest worker processes (default 1)")
+    parser.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
+                        help="with -w auto: the most worker processes, and the portions unless --portions "
+                             "(default: the machine's cores)")
     add_serving_arguments(parser, count_help="stop after about N batches in all (0: no limit)")
     add_shuffle_arguments(parser, default=False, what="the items FUNCTION returns through --shuffle-buffer")
     return parser
+
+
+def workers_or_auto(text: str) -> int | str:
+    """argparse type of -w: a count >= 1, or "auto"."""
+    return "auto" if text == "auto" else positive_int(text)
 
 
 @entry_point
@@ -57,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     load_factory(args.factory)  # fails early on a bad name; puts the current directory on sys.path
+    bounds = {"min_workers": args.min_workers, "max_workers": args.max_workers}
+    if args.workers != "auto" and any(value is not None for value in bounds.values()):
+        raise ValueError("--min-workers and --max-workers go with -w auto")
     run = serve_plan(args, args.workers)
+    if args.workers == "auto":
+        run.options.update({key: value for key, value in bounds.items() if value is not None})
     run.publishers()  # fails early on URLs that cannot work with -w
     run.run(FunctionPipeline(args.factory, args.shuffle_buffer if args.shuffle else 0), announce=args.factory)
     return 0

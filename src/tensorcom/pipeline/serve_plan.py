@@ -12,6 +12,7 @@ itself, its processes and its reports are tensorcom.serve's (tensorcom.pipeline.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,14 +26,15 @@ DEFAULT_URL = DEFAULT_SERVER_URL
 @dataclass
 class ServePlan:
     """What to serve to: `urls` (default DEFAULT_URL), `workers` publisher processes (None: one per
-    binding URL, else 1), `epochs` (None: forever), `count` batches in all (0: no limit), `report`
+    binding URL, else 1; "auto": as many as keep the consumers fed, options["min_workers"] to
+    options["max_workers"], tensorcom.serve's workers="auto"), `epochs` (None: forever), `count` batches in all (0: no limit), `report`
     seconds between rate lines on stderr (None: none), and `options`: further keyword arguments for
     tensorcom.serve (resume=..., connection_options=...). `serve`: what runs the plan, with
     tensorcom.serve's signature (None: tensorcom.serve; the cli passes tensorcom.ray.serve with its
     cluster options bound); `unit`: what its publishers are called in the announcement."""
 
     urls: list[str] = field(default_factory=lambda: [DEFAULT_URL])
-    workers: int | None = None
+    workers: int | str | None = None
     epochs: int | None = None
     count: int = 0
     report: float | None = 10.0
@@ -46,16 +48,20 @@ class ServePlan:
         from tensorcom.pipeline.serving import assign_urls
         from tensorcom.pipeline.shared_serving import is_sharing
 
+        if self.workers == "auto":  # the processes it starts with (tensorcom.serve checks the URLs)
+            return self.options.get("min_workers") or 1
         if is_sharing(self.urls or [DEFAULT_URL]):
             return self.workers or 1  # they push to the sharing server, which binds the URLs
         return len(assign_urls(self.urls or [DEFAULT_URL], self.workers)[0])
 
     def portions(self) -> int:
         """V, the stream's number of portions: options["portions"], else the resumed state's, else
-        one per publisher."""
+        one per publisher (workers="auto": options["max_workers"], default os.cpu_count())."""
         from tensorcom.transport.resume import ResumePlan
 
         resumed = None if self.options.get("resume") is None else ResumePlan.from_state(self.options["resume"])
+        if self.workers == "auto" and not self.options.get("portions") and not resumed:
+            return self.options.get("max_workers") or os.cpu_count() or 1
         return self.options.get("portions") or (resumed.portions if resumed else self.publishers())
 
     def limited(self, target: Any) -> tuple[Any, int | None]:
@@ -77,8 +83,10 @@ class ServePlan:
         served, epochs = self.limited(target)
         what = announce or describe(served)
         portions = self.portions()
-        print(f"serving {what} to {' '.join(urls)} from {min(self.publishers(), portions)} {self.unit}(s), "
-              f"{portions} portion(s)", file=sys.stderr, flush=True)
+        publishers = min(self.publishers(), portions)
+        count = f"{publishers} to {portions} (auto)" if self.workers == "auto" else publishers
+        print(f"serving {what} to {' '.join(urls)} from {count} {self.unit}(s), {portions} portion(s)",
+              file=sys.stderr, flush=True)
         return (self.serve or serve)(served, urls, workers=self.workers, epochs=epochs, report=self.report or None,
                                      **self.options)
 
