@@ -68,19 +68,22 @@ def portion_orders(epoch, portions=2):
     return orders
 
 
-def test_auto_workers_change_at_an_epoch_boundary_without_loss_or_reorder(free_port, tmp_path):
+@pytest.mark.parametrize("served, received", [("zpush", "zpull"), ("zshare", "zjoin")])
+def test_auto_workers_change_at_an_epoch_boundary_without_loss_or_reorder(free_port, tmp_path, served, received):
+    """The processes change from one to two after epoch 0, sending to the consumer directly or to a
+    sharing server (its input takes the new processes' portions over)."""
     fifo = str(tmp_path / "held")
     os.mkfifo(fifo)
     scaler, port, result = OneStep(fifo), free_port(), {}
 
     def run():
         try:
-            result["stats"] = serve(Shuffled(fifo), f"zpush://127.0.0.1:{port}", workers="auto", min_workers=1,
+            result["stats"] = serve(Shuffled(fifo), f"{served}://127.0.0.1:{port}", workers="auto", min_workers=1,
                                     max_workers=2, scaler=scaler, epochs=3, report=None)
         except BaseException as exc:
             result["error"] = exc
 
-    with Connection(f"zpull://127.0.0.1:{port}", timeout=60) as conn:
+    with Connection(f"{received}://127.0.0.1:{port}", timeout=60) as conn:
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         epochs = [[tuple(int(i) for i in batch["i"]) for batch in conn] for _ in range(3)]
