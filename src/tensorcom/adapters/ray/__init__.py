@@ -66,7 +66,10 @@ __all__ = ["Serving", "endpoints", "serve", "serve_dataset", "start"]
 def start(pipeline: Any, url: Any, *, workers: int = 2, **options: Any) -> Serving:
     """Start serving `pipeline` (a Pipeline, "module:function", "file.py:function" or a picklable
     factory) from `workers` Ray actors to `url`; returns the running Serving. `options`: those of
-    start_feeds."""
+    start_feeds. workers="auto" is refused (actors that scale themselves are not built yet)."""
+    if workers == "auto":
+        raise ValueError("tensorcom.ray: workers='auto' is not supported yet; give a number of actors "
+                         "(tensorcom.serve(workers='auto') scales local serving processes)")
     require_ray()
     check_spec(pipeline)
     return start_feeds([PipelineFeed(pipeline)] * _positive("workers", workers), url, **options)
