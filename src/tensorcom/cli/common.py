@@ -212,6 +212,11 @@ def nonnegative_int(text: str) -> int:
     return _argument(checks.non_negative, int, text)
 
 
+def count_or_auto(text: str) -> int | str:
+    """argparse type: an int >= 0, or "auto"."""
+    return "auto" if text == "auto" else nonnegative_int(text)
+
+
 def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> None:
     """--epochs, --count (`count_help`), -r/--report, -q/--quiet, --resume, --portions, a sender's CURVE options
     (--curve-secret, --curve-clients), the sharing options (--min-consumers, --replay, --policy) and

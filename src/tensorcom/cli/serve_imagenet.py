@@ -7,7 +7,8 @@ with `-n`), labels int32 (N,), augmented with RandomResizedCrop(SIZE) + horizont
     serve-imagenet-shards -u 'SHARD URLS' -b 64 [-w WORKERS] [-P N] [-n] [-B] [--shuffle] [URL...]
 
 Options keep tensorcom 0.1's meanings: `-w` decoding workers inside each publisher (0.1: DataLoader
-workers), `-P N` N parallel publisher processes, each serving a disjoint part of the data (with one URL,
+workers; new: `-w auto [--min-workers N] [--max-workers N]`, as many as keep the consumers fed, the
+count changing as it runs and told on stderr, "map workers 3 (auto)"; docs/scaling.md), `-P N` N parallel publisher processes, each serving a disjoint part of the data (with one URL,
 it must connect: zpush or zrpub, as in 0.1; with several URLs there is one publisher per URL), `-n`
 normalize, `-B` serve one preloaded batch over and over (measures the transport alone). Both take
 `--shuffle/--no-shuffle` (the directory server shuffles by default, the shard server does not); 0.1's
@@ -33,6 +34,7 @@ from tensorcom.cli.common import (
     Parser,
     add_serving_arguments,
     add_shuffle_arguments,
+    count_or_auto,
     entry_point,
     fraction,
     nonnegative_int,
@@ -50,8 +52,13 @@ def add_common(parser: argparse.ArgumentParser, aliases: bool = False) -> None:
     more_workers, more_parallel = (["-N", "--num-workers"], ["-p"]) if aliases else ([], [])
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"where to send batches (default {DEFAULT_URL})")
     parser.add_argument("-b", "--batch-size", type=positive_int, default=64, help="images per batch (default 64)")
-    parser.add_argument("-w", "--workers", *more_workers, type=nonnegative_int, default=0,
-                        help="decoding and batching processes per publisher (0: decode in the publisher)")
+    parser.add_argument("-w", "--workers", *more_workers, type=count_or_auto, default=0,
+                        help="decoding and batching processes per publisher (0: decode in the publisher); "
+                             "'auto': as many as keep the consumers fed, changing as it runs")
+    parser.add_argument("--min-workers", "--workers-min", type=positive_int, default=1, metavar="N",
+                        help="with -w auto: the fewest augmentation processes per publisher (default 1)")
+    parser.add_argument("--max-workers", "--workers-max", type=positive_int, default=None, metavar="N",
+                        help="with -w auto: the most augmentation processes per publisher (default: the cores)")
     parser.add_argument("-P", "--parallel", *more_parallel, type=nonnegative_int, default=0,
                         help="number of parallel publisher processes, each on a disjoint part of the data")
     parser.add_argument("-n", "--normalize", action="store_true",
@@ -97,8 +104,13 @@ def serve_args(args: argparse.Namespace, pipeline) -> int:
 
 def pipeline_options(args: argparse.Namespace) -> dict:
     """The keyword arguments both pipelines take, from the parsed command line."""
+    workers = args.workers
+    if workers == "auto":
+        from tensorcom.pipeline.autoscale import Elastic
+
+        workers = Elastic(args.min_workers, args.max_workers)
     return dict(batch_size=args.batch_size, size=args.size, shuffle=args.shuffle, normalize=args.normalize,
-                workers=args.workers, seed=args.seed, min_scale=args.min_scale, dedicated=True,
+                workers=workers, seed=args.seed, min_scale=args.min_scale, dedicated=True,
                 **cache_options(args))
 
 

@@ -11,7 +11,8 @@ RandomResizedCrop(SIZE, scale=(min_scale, 1)) + horizontal flip, its randomness 
 pipeline's seed. The samples are batched first, as they come (file names, or a shard's bytes), and
 each batch is then augmented and collated as one task (AugmentBatch): inline when `workers` is 0, else
 on that many spawned processes kept across epochs (an ordered `Pipeline.map`), so only whole batches
-cross to the consumer. Which images form a batch and every random draw depend on the seed, the epoch
+cross to the consumer; with `workers="auto"` (or tensorcom.pipeline.autoscale.Elastic(min, max)) on
+a pool that grows and shrinks as it runs. Which images form a batch and every random draw depend on the seed, the epoch
 and the portion only, never on `workers`: a server may resume with another `-w`.
 """
 
@@ -103,7 +104,7 @@ def dataset_root(path: str | os.PathLike) -> str:
 
 
 def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool = True, normalize: bool = False,
-                 workers: int = 0, seed: int = 0, min_scale: float = 0.08, dedicated: bool = False,
+                 workers: Any = 0, seed: int = 0, min_scale: float = 0.08, dedicated: bool = False,
                  cache: str | None = None, cache_max_side: int | None = None,
                  cache_max_bytes: int | None = None) -> Pipeline:
     """The Pipeline serve-imagenet-dir serves: ImageFolder `root` -> augmented [images, labels] batches,
@@ -120,7 +121,7 @@ def dir_pipeline(root: str, *, batch_size: int, size: int = 224, shuffle: bool =
 
 
 def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: bool = False, shuffle_buffer: int = 1000,
-                    normalize: bool = False, workers: int = 0, seed: int = 0, min_scale: float = 0.08,
+                    normalize: bool = False, workers: Any = 0, seed: int = 0, min_scale: float = 0.08,
                     dedicated: bool = False, cache: str | None = None, cache_max_side: int | None = None,
                     cache_max_bytes: int | None = None) -> Pipeline:
     """The Pipeline serve-imagenet-shards serves: tar shards `urls` (brace-expanded) -> augmented
@@ -149,11 +150,15 @@ def decoded_cache(source: Any, directory: str | None, max_side: int | None, max_
     return make(source, directory, max_side=max_side, max_bytes=max_bytes)
 
 
-def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, workers: int) -> Pipeline:
+def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, workers: Any) -> Pipeline:
     """`pipeline` batched as it comes, then each batch augmented and collated by AugmentBatch: inline
-    when `workers` is 0, else on `workers` spawned processes in order (whole batches cross back)."""
+    when `workers` is 0, else on `workers` spawned processes in order (whole batches cross back); with
+    "auto" (or an autoscale.Elastic) on a pool of processes that grows and shrinks as it runs."""
+    from tensorcom.pipeline.autoscale import Elastic
+
     batches = pipeline.batch(batch_size, collate=list)
-    return batches.map(AugmentBatch(augment), rng=True, workers=workers, processes=workers > 0)
+    processes = Elastic.of(workers) is not None or workers > 0
+    return batches.map(AugmentBatch(augment), rng=True, workers=workers, processes=processes)
 
 
 class AugmentBatch:
