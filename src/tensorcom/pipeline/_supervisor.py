@@ -12,6 +12,9 @@ The processes are the process owner's (tensorcom.pipeline.processes): each runs 
 on its one task, work(stop, barrier, i), and answers on its pipe: ("item", i, (batches, samples)) or
 ("item", i, (batches, samples, stage record[, member counts])) (tensorcom.pipeline.stage_times: its
 seconds per stage; a mixture's samples per member), then ("end", i, count) or ("error", i, Failure).
+Workers that scale themselves (serve's workers="auto"): `Scaling.tick` runs in wait() and asks the
+processes (portion_sending.Gate) to stop at the next epoch boundary; the caller then launches a new
+set, whose counts add to the earlier sets' (counts and records are kept per (set, process)).
 Reports (tensorcom.rates.RateReport): a rate line on stderr every `report` seconds from the first batch
 (rates over the window of tensorcom.rates), with one line per consumer of a sharing server, or
 `on_report(stats)` instead. With stage records the stats also say where the
@@ -154,16 +157,17 @@ class Scaling:
         self.last = (0.0, 0.0)  # idle and busy seconds at the previous observation
 
     def tick(self, supervisor: Supervisor, gate: Any) -> None:
-        if gate.asked or not self.due.due():
+        if not self.due.due():
             return
+        cores = self.machine.sample()  # read every time, so that each reading covers the last second
         idle, busy = supervisor.idle_busy()
-        spent = (idle - self.last[0]) + (busy - self.last[1])
-        if spent <= 0:
-            return  # no stage record yet, or nothing measured since the last observation
-        idle_share, self.last = (idle - self.last[0]) / spent, (idle, busy)
+        (idle_s, busy_s), self.last = (idle - self.last[0], busy - self.last[1]), (idle, busy)
+        if gate.asked or idle_s + busy_s <= 0:
+            return  # a change is pending, no stage record yet, or nothing measured since the last time
+        idle_share = idle_s / (idle_s + busy_s)
         waits = [w for w in supervisor.consumer_waits() if w is not None]
         data_wait = max(waits) if waits else 1.0 - idle_share
-        step = self.scaler.observe(self.clock(), data_wait, idle_share, self.target, self.machine.sample())
+        step = self.scaler.observe(self.clock(), data_wait, idle_share, self.target, cores)
         target = max(1, min(self.ceiling, self.target + step))
         if target != self.target:
             self.target = target

@@ -23,6 +23,10 @@ Every batch carries its portion (stream id, v of V), the pipeline's epoch and it
 within (epoch, portion)), so a receiver records what it was handed (`Connection.state_dict()`);
 `serve(..., resume=STATE)` serves the same stream (its V from the state, any number of processes) from
 that point: each portion passes over (`portion_sending.untaken`) the batches the consumer has.
+`serve(..., workers="auto")`: V = max_workers portions (or `portions`), served by min_workers
+processes at first; the parent's autoscaler (tensorcom.pipeline.autoscale, fed once a second by
+_supervisor.Scaling) changes their number only at an epoch boundary: the processes finish the epoch
+and close, then N' processes serve the same stream, portions re-dealt v % N' == i (serve_scaled).
 Batches go out zero-copy (`send(batch, copy=False)`): the pipeline hands each batch over and must not
 modify its arrays after yielding it.
 
