@@ -101,6 +101,7 @@ def test_auto_workers_change_at_an_epoch_boundary_without_loss_or_reorder(free_p
     ({"min_workers": 0}, "min_workers"),
     ({"min_workers": 3, "max_workers": 2}, "above max_workers"),
     ({"max_workers": 2, "portions": 1, "min_workers": 2}, "portions"),
+    ({"min_workers": (os.cpu_count() or 1) + 1, "max_workers": (os.cpu_count() or 1) + 1}, "cores"),
 ])
 def test_auto_workers_with_a_bad_minimum_or_maximum_is_a_clear_error(options, message):
     with pytest.raises(ValueError, match=message):

@@ -300,9 +300,9 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
 def auto_scaling(minimum: int | None, maximum: int | None, scaler: Any, *, urls: Any, resume: Any,
                  portions: int | None) -> tuple[Scaling, int, int]:
     """(the Scaling, the processes to start with, V) for workers="auto": V is `portions`, else the
-    resumed state's, else `maximum` (default os.cpu_count()); at most min(maximum, V, cores)
-    processes run (the scaler's own bound on cores applies too). ValueError for a bad minimum or
-    maximum, or binding URLs (each binds for one process: their number cannot change)."""
+    resumed state's, else `maximum` (default os.cpu_count()); from `minimum` to min(maximum, V,
+    cores) processes run. ValueError for a bad minimum (also: above V or the cores) or maximum, or
+    binding URLs (each binds for one process: their number cannot change)."""
     from tensorcom.pipeline.autoscale import Autoscaler, MachineIdle
 
     cores = os.cpu_count() or 1
@@ -315,12 +315,12 @@ def auto_scaling(minimum: int | None, maximum: int | None, scaler: Any, *, urls:
                          f"zsplit): a binding URL ({urls!r}) is bound by one process, so their number cannot change")
     resumed = None if resume is None else ResumePlan.from_state(resume)
     count = portions or (resumed.portions if resumed else maximum)
-    if minimum > count:
-        raise ValueError(f"workers='auto': min_workers={minimum} is more than the stream's {count} portions")
+    if minimum > min(count, cores):
+        raise ValueError(f"workers='auto': min_workers={minimum} is more than the stream's {count} portions or "
+                         f"the machine's {cores} cores")
     ceiling = min(maximum, count, cores)
-    scaler = scaler if scaler is not None else Autoscaler(min(minimum, ceiling), ceiling, cores)
-    start = min(minimum, ceiling)
-    return Scaling(scaler, start, ceiling, MachineIdle()), start, count
+    scaler = scaler if scaler is not None else Autoscaler(minimum, ceiling, cores)
+    return Scaling(scaler, minimum, ceiling, MachineIdle()), minimum, count
 
 
 def serve_scaled(supervisor: Supervisor, job: ServeJob, scaling: Scaling) -> None:
