@@ -55,7 +55,9 @@ def read(path):
         return {"jpg": stream.read(), "cls": int(os.path.basename(os.path.dirname(path))[1:])}
 
 if __name__ == "__main__":
-    files, out, chunk = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    with open(sys.argv[1]) as stream:
+        files = json.load(stream)
+    out, chunk = sys.argv[2], int(sys.argv[3])
     start = time.perf_counter()
     optimize(fn=read, inputs=files, output_dir=out, num_workers=2, chunk_bytes=chunk, mode="overwrite")
     print(json.dumps({"seconds": time.perf_counter() - start}))
@@ -115,8 +117,9 @@ def run_webdataset(folder: Path, out: Path, per_shard: int) -> float:
 def run_litdata(folder: Path, out: Path, python: str, shard_bytes: int) -> float:
     script = out.parent / "litdata_optimize.py"
     script.write_text(LITDATA_SCRIPT)
-    files = [path for path, _ in ImageFolder(folder)]
-    done = subprocess.run([python, str(script), json.dumps(files), str(out), str(shard_bytes)],
+    files = out.parent / "files.json"
+    files.write_text(json.dumps([path for path, _ in ImageFolder(folder)]))
+    done = subprocess.run([python, str(script), str(files), str(out), str(shard_bytes)],
                           capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"litdata optimize failed: {done.stderr[-2000:]}")
