@@ -241,6 +241,82 @@ def test_handover_drops_the_dead_senders_late_batches_and_counts_the_rest(free_p
         hub.abort()
 
 
+def make_shuffled():
+    """48 ids shuffled per epoch (seed 1), batches of 4: each portion's order is the pipeline's."""
+    from tensorcom.pipeline import Pipeline
+
+    return Pipeline(list(range(48)), seed=1).shuffle(8).map(lambda i: {"id": np.int64(i)}).batch(4)
+
+
+class OneMore:
+    """A scaler that says +1 at its first observation (the driver makes it during epoch 0)."""
+
+    def __init__(self):
+        self.seen, self.targets = [], []
+
+    def observe(self, now, data_wait, idle_share, workers, idle_cores):
+        self.seen.append(workers)
+        return 1 if len(self.seen) == 1 else 0
+
+    def decided(self, target):
+        self.targets.append(target)
+
+
+def test_auto_actors_grow_at_an_epoch_boundary_without_loss_or_reorder(cluster, free_port):
+    """workers="auto", min 1, max 2 (V = 2): one actor serves epoch 0, the scaler asks for two, two
+    serve epoch 1, portions re-dealt v % 2 == i; the consumer gets each epoch once, each portion in
+    its order (batches depend on seed, epoch and V only)."""
+    from tensorcom.adapters import ray as tray
+
+    scaler, url = OneMore(), f"zshare://127.0.0.1:{free_port()}"
+    with tray.start(f"{os.path.abspath(__file__)}:make_shuffled", url, workers="auto", min_workers=1, max_workers=2,
+                    scaler=scaler, epochs=2, host="127.0.0.1", report=None) as serving:
+        assert len(serving.members) == 1
+        epochs: list[list[tuple]] = [[], []]
+        from tensorcom import Connection
+
+        with Connection(serving.urls[0], credit=2, timeout=60) as conn:
+            for got in epochs:
+                got.extend(tuple(int(i) for i in batch["id"]) for batch in conn)
+        result = serving.wait(timeout=60)
+        pids = [m.pid for m in serving.members]
+    assert scaler.seen[0] == 1 and scaler.targets == [2] and result["workers"] == 2 and len(set(pids)) == 2
+    for epoch, got in enumerate(epochs):
+        orders = []
+        for v in range(2):
+            portion = make_shuffled().shard(v, 2)
+            portion.set_epoch(epoch)
+            orders.append([tuple(int(i) for i in batch["id"]) for batch in portion])
+        assert sorted(got) == sorted(b for order in orders for b in order), f"epoch {epoch}: each batch once"
+        for order in orders:
+            assert [b for b in got if b in order] == order, f"epoch {epoch}: each portion in its order"
+    assert wait_gone(pids) == []
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"min_workers": 0}, "min_workers"),
+    ({"min_workers": 3, "max_workers": 2}, "above max_workers"),
+    ({"min_workers": 2, "max_workers": 2, "portions": 1}, "portions"),
+    ({"url": "zpush://127.0.0.1:9"}, "sharing URL"),
+    ({"workers": 2, "max_workers": 4}, "workers='auto'"),
+])
+def test_auto_actors_with_bad_counts_are_a_clear_error_before_ray_starts(options, message):
+    from tensorcom.adapters import ray as tray
+
+    options = {"workers": "auto", "url": "zsplit://127.0.0.1:9", **options}
+    with pytest.raises(ValueError, match=message):
+        tray.start(FACTORY, options.pop("url"), report=None, **options)
+
+
+def test_auto_actors_are_bounded_by_rays_cpus():
+    from tensorcom.adapters.ray._scaling import actor_ceiling
+
+    assert actor_ceiling(1, 8, 6, cpus=4.0, per_actor=2.0) == 2  # 4 CPUs, 2 per actor
+    assert actor_ceiling(1, 8, 6, cpus=4.0, per_actor=0.0) == 6  # actors without CPUs: V bounds them
+    with pytest.raises(ValueError, match="do not fit"):
+        actor_ceiling(3, 8, 6, cpus=4.0, per_actor=2.0)
+
+
 def test_missing_ray_names_the_extra(monkeypatch):
     import sys
 

@@ -50,6 +50,7 @@ from typing import Any, Callable
 from tensorcom.checks import positive as _positive
 from tensorcom.adapters.ray._actors import NAMESPACE, DatasetFeed, PipelineFeed, node_address, require_ray
 from tensorcom.adapters.ray._driver import Plan, Serving
+from tensorcom.adapters.ray._scaling import ActorScaling, actor_ceiling, check_auto
 from tensorcom.pipeline.serving import (
     DEFAULT_LINGER,
     ServeJob,
@@ -63,16 +64,26 @@ from tensorcom.pipeline.shared_serving import is_sharing
 __all__ = ["Serving", "endpoints", "serve", "serve_dataset", "start"]
 
 
-def start(pipeline: Any, url: Any, *, workers: int = 2, **options: Any) -> Serving:
+def start(pipeline: Any, url: Any, *, workers: int | str = 2, min_workers: int | None = None,
+          max_workers: int | None = None, scaler: Any = None, **options: Any) -> Serving:
     """Start serving `pipeline` (a Pipeline, "module:function", "file.py:function" or a picklable
     factory) from `workers` Ray actors to `url`; returns the running Serving. `options`: those of
-    start_feeds. workers="auto" is refused (actors that scale themselves are not built yet)."""
-    if workers == "auto":
-        raise ValueError("tensorcom.ray: workers='auto' is not supported yet; give a number of actors "
-                         "(tensorcom.serve(workers='auto') scales local serving processes)")
+    start_feeds. workers="auto" (sharing URLs): actors that scale themselves, from `min_workers`
+    (default 1) to `max_workers` (default: Ray's CPUs / CPUs per actor, at most V), V = `portions`
+    (or the resumed state's), else max_workers; their number changes only at an epoch boundary;
+    `scaler`: what decides (default a tensorcom.pipeline.autoscale.Autoscaler; any object with its
+    observe(), and optionally decided(target)). ValueError for bad counts, before Ray starts."""
+    if workers != "auto":
+        if min_workers is not None or max_workers is not None or scaler is not None:
+            raise ValueError(f"min_workers, max_workers and scaler go with workers='auto', not workers={workers!r}")
+        require_ray()
+        check_spec(pipeline)
+        return start_feeds([PipelineFeed(pipeline)] * _positive("workers", workers), url, **options)
+    minimum, maximum = check_auto(min_workers, max_workers, is_sharing(url), options.get("portions"))
     require_ray()
     check_spec(pipeline)
-    return start_feeds([PipelineFeed(pipeline)] * _positive("workers", workers), url, **options)
+    return start_feeds([PipelineFeed(pipeline)] * (maximum or minimum), url, scaling=(minimum, maximum, scaler),
+                       **options)
 
 
 def serve(pipeline: Any, url: Any, **options: Any) -> dict:
@@ -117,7 +128,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
                 report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
                 min_consumers: int = 1, sharing: dict | None = None, curve: Any = None,
                 connection_options: dict | None = None, linger: float = DEFAULT_LINGER,
-                portions: int | None = None) -> Serving:
+                portions: int | None = None, scaling: tuple | None = None) -> Serving:
     """Start one actor per feed (actor i serves feeds[i].open(v, V) for its portions v) sending to `url`.
 
     url: zshare:// or zsplit:// (the driver binds it; "HOST:*" takes a free port; actors restart without
@@ -131,7 +142,9 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     the consumer URLs for endpoints(name). report, on_report, min_consumers, sharing, curve,
     connection_options, linger: as tensorcom.serve. portions: V, the stream's portions (default: one
     per actor; with `resume`, the state's), actor i serving those v with v % N == i: the batches and
-    their order depend on the seed, the epoch and V, not on the number of actors."""
+    their order depend on the seed, the epoch and V, not on the number of actors. scaling: start()'s
+    (min_workers, max_workers, scaler) of workers="auto", `feeds` then being max_workers (or
+    min_workers when max_workers is None) copies of one PipelineFeed."""
     ray = require_ray()
     sharing_urls = check_urls(url, len(feeds))
     if epochs is not None:
@@ -144,8 +157,10 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     own_ray = not ray.is_initialized()
     if own_ray:
         ray.init(address=address, **({"include_dashboard": False} if address is None else {}))
-    serving = hub = None
+    serving = hub = auto = None
     try:
+        if scaling is not None:
+            auto, feeds, resumed = auto_actors(ray, feeds, scaling, resources, resume, first_epoch, epochs, portions)
         if sharing_urls:
             from tensorcom.transport.sharing.hub import Hub
 
@@ -157,11 +172,12 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
         options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
                    **(connection_options or {}), "linger": linger}
         urls = [hub.worker_url] if hub else list(url) if isinstance(url, list) else [url]
-        job = ServeJob([urls] * len(feeds), resumed, options, cwd=os.getcwd(), settle=hub is not None)
+        actors = len(feeds) if auto is None else auto.target
+        job = ServeJob([urls] * actors, resumed, options, cwd=os.getcwd(), settle=hub is not None)
         restarts = max_restarts if hub is not None else 0
         plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
                     [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],
-                    report, on_report, own_ray)
+                    report, on_report, own_ray, auto)
         serving = Serving(ray, feeds, plan)
         return serving.launch(name)
     except BaseException:
@@ -173,6 +189,24 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
             if own_ray:
                 ray.shutdown()
         raise
+
+
+def auto_actors(ray: Any, feeds: list, scaling: tuple, resources: dict | None, resume: Any, first_epoch: int,
+                epochs: int | None, portions: int | None) -> tuple[ActorScaling, list, Any]:
+    """workers="auto" once Ray runs: (the driver's ActorScaling, the feeds (one per portion), the
+    resume plan), V being `portions`, the resumed state's, else max_workers (default: Ray's CPUs / CPUs
+    per actor); ValueError when min_workers actors do not fit (actor_ceiling)."""
+    from tensorcom.pipeline.autoscale import Autoscaler
+
+    minimum, maximum, scaler = scaling
+    per_actor = float(actor_options(0, resources, None, 0).get("num_cpus", 1))
+    cpus = float(ray.cluster_resources().get("CPU", 0))
+    if maximum is None:
+        maximum = max(int(cpus // per_actor) if per_actor > 0 else minimum, minimum)
+    resumed = resume_plan(resume, maximum, first_epoch, epochs, portions)
+    ceiling = actor_ceiling(minimum, maximum, resumed.portions, cpus, per_actor)
+    scaler = scaler if scaler is not None else Autoscaler(minimum, ceiling, cores=ceiling)
+    return ActorScaling(scaler, minimum, ceiling), [feeds[0]] * resumed.portions, resumed
 
 
 def attach_catch_up_of(hub: Any, feeds: list) -> None:

@@ -95,13 +95,16 @@ class Stored:
 
 
 class ServerActor:
-    """One Ray actor: the portions v of job.portions with v % N == `index` (job.portions_of), each a
-    lane (portion_sending.Lane) with its own Connection. Its methods run one at a time, in the order
-    the driver calls them. hello() -> (incarnation, {portion: sender id}, pid, node, last epoch
-    served) builds the portions and their Connections on the first call (a restarted actor is a new
-    incarnation, with new senders); run(first, last, plan) sends epochs first..last of every lane,
-    passing over the batch indices plan.taken(e, v) (a ResumePlan), each epoch followed by its
-    markers, and returns (batches, samples, {portion: sender id}); close() lets queued messages leave.
+    """One Ray actor: `portions` of job.portions (default those v with v % N == `index`,
+    job.portions_of), each a lane (portion_sending.Lane) with its own Connection. Its methods run one
+    at a time, in the order the driver calls them. hello() -> (incarnation, {portion: sender id}, pid,
+    node, last epoch served) builds the portions and their Connections on the first call (a restarted
+    actor is a new incarnation, with new senders); run(first, last, plan, portions=None) sends epochs
+    first..last of every lane, passing over the batch indices plan.taken(e, v) (a ResumePlan), each
+    epoch followed by its markers, and returns (batches, samples, {portion: sender id}); given
+    `portions` other than its own (the driver re-dealt them: workers="auto"), it first closes the
+    lanes of the portions it gives up (their Connections sent nothing since the last run) and builds
+    those it takes; close() lets queued messages leave.
 
     With job.settle (the driver's hub receives), a run ends by closing its Connections, which waits
     until the hub confirmed everything they sent, resending what a dropped connection lost (an actor
@@ -109,8 +112,9 @@ class ServerActor:
     ended this one), and opens the next run's Connections: new senders, which take the portions over
     from the last ones (the hub retires them)."""
 
-    def __init__(self, feed: Stored, index: int, job: ServeJob):
+    def __init__(self, feed: Stored, index: int, job: ServeJob, portions: list[int] | None = None):
         self.feed, self.index, self.job = feed, index, job
+        self.portions = list(job.portions_of(index) if portions is None else portions)
         self.incarnation = f"{os.getpid()}:{secrets.token_hex(4)}"
         self.lanes: list[Lane] = []
         self.served: int | None = None
@@ -123,13 +127,15 @@ class ServerActor:
             if os.path.isdir(self.job.cwd) and self.job.cwd not in sys.path:
                 sys.path.insert(0, self.job.cwd)
             feed = self.feed.get()
-            self.lanes = [Lane(v, feed.open(v, self.job.portions), None) for v in self.job.portions_of(self.index)]
+            self.lanes = [Lane(v, feed.open(v, self.job.portions), None) for v in self.portions]
         for lane in self.lanes:
             if lane.conn is None:
                 lane.conn = self.job.connect(lane.portion)
         return self.incarnation, self.senders(), os.getpid(), node_address(require_ray()), self.served
 
-    def run(self, first: int, last: int, plan: Any) -> tuple[int, int, dict[int, str]]:
+    def run(self, first: int, last: int, plan: Any, portions: list[int] | None = None) -> tuple[int, int, dict[int, str]]:
+        if portions is not None and list(portions) != self.portions:
+            self._deal(list(portions))
         self.hello()
         counts = (0, 0)
         for counts in send_epochs(self.lanes, last - first + 1, first, _Never(), _Never(), plan.taken):
@@ -141,6 +147,22 @@ class ServerActor:
                 conn.close(linger=None)  # until the hub confirmed everything (Undelivered if it went away)
                 lane.conn = self.job.connect(lane.portion)
         return (*counts, self.senders())
+
+    def _deal(self, portions: list[int]) -> None:
+        """Serve `portions` from now on: close the lanes of the others, keep those that stay (a lane
+        not built yet is built by hello())."""
+        kept = [lane for lane in self.lanes if lane.portion in portions]
+        for lane in self.lanes:
+            if lane.portion not in portions:
+                lane.source.close()
+                if lane.conn is not None:
+                    lane.conn.close(linger=0)
+        self.portions = portions
+        if self.lanes:
+            feed, have = self.feed.get(), {lane.portion for lane in kept}
+            made = {v: Lane(v, feed.open(v, self.job.portions), None) for v in portions if v not in have}
+            by_portion = {lane.portion: lane for lane in kept}
+            self.lanes = [by_portion[v] if v in by_portion else made[v] for v in portions]
 
     def close(self) -> None:
         for lane in self.lanes:

@@ -21,6 +21,7 @@ the hub unless it finished, and shuts Ray down when start() started it.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import itertools
 import sys
 import threading
@@ -52,6 +53,7 @@ class Member:
     senders: dict = field(default_factory=dict)  # {portion: sender id of its Connection} (new each run, with a hub)
     pid: int = 0
     node: str = ""
+    portions: list = field(default_factory=list)  # the portions it serves (v % N == index)
     run: Any = None  # the pending run()
     probe: Any = None  # a pending hello() while the driver waits for the hub
 
@@ -60,7 +62,8 @@ class Member:
 class Plan:
     """What the driver runs: the `hub` (None: actors push to job.urls), the actors' `job`, the
     `resume` plan (stream, first epoch, batches the consumer had), `epochs` to serve (None: forever),
-    per-actor Ray `actor_options`, `report` seconds / `on_report`, and whether start() started Ray."""
+    per-actor Ray `actor_options`, `report` seconds / `on_report`, whether start() started Ray, and
+    with workers="auto" the `scaling` that decides the actors of each epoch."""
 
     hub: Any
     job: ServeJob
@@ -70,6 +73,7 @@ class Plan:
     report: float | None
     on_report: Callable[[dict], None] | None
     own_ray: bool
+    scaling: Any = None  # workers="auto": the ActorScaling (tensorcom.adapters.ray._scaling)
 
 
 class Serving:
@@ -86,6 +90,7 @@ class Serving:
         self.members: list[Member] = []
         self.runs = Roster("serving actor", 0)  # the books of the epoch's runs (tensorcom.pipeline.processes)
         self.feed_refs: list = []
+        self.job = plan.job  # N actors now: urls per actor (workers="auto" changes N between epochs)
         self.directory: Any = None
         self.host = ""  # the driver's node address
         self.thread = threading.Thread(target=self._main, name="tensorcom-ray-driver", daemon=True)
@@ -96,16 +101,12 @@ class Serving:
         `name`, register the URLs for endpoints(name)."""
         atexit.register(self.close)
         self.host = node_address(self.ray)
-        remote = self.ray.remote(ServerActor)
         # the driver holds each feed in the object store for the serve's life and the actors get a
         # reference to it, so that a restarted actor finds it there (Ray may drop its own copy of a
-        # large constructor argument, ray-project/ray#53727)
-        self.feed_refs = [self.ray.put(feed) for feed in self.feeds]
-        for i, ref in enumerate(self.feed_refs):
-            options = self.plan.actor_options[i]
-            self.members.append(Member(i, remote.options(**options).remote(Stored(ref), i, self.plan.job)))
-        for m in self.members:
-            m.incarnation, m.senders, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
+        # large constructor argument, ray-project/ray#53727); one reference per distinct feed
+        refs: dict = {}
+        self.feed_refs = [refs.setdefault(id(feed), self.ray.put(feed)) for feed in self.feeds]
+        self._add_members(self.job.processes)
         if name is not None:
             self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
                                                                 num_cpus=0).remote(self.urls)
@@ -159,11 +160,54 @@ class Serving:
 
     # ---- the driver thread ------------------------------------------------------------------
 
+    def _add_members(self, count: int) -> None:
+        """Create actors len(members)..count-1, serving self.job's portions, and wait for each to
+        build them (hello)."""
+        remote, fresh = self.ray.remote(ServerActor), []
+        for i in range(len(self.members), count):
+            options, portions = self.plan.actor_options[i], self.job.portions_of(i)
+            actor = remote.options(**options).remote(Stored(self.feed_refs[i]), i, self.job, portions)
+            fresh.append(Member(i, actor, portions=portions))
+        self.members += fresh
+        for m in fresh:
+            m.incarnation, m.senders, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
+
+    def _rescale(self, epoch: int) -> None:
+        """workers="auto", at the boundary before `epoch`: create or kill actors so that there are
+        scaling.target, actor i serving the portions v % N' == i from this epoch on (each run is given
+        its portions; a kept actor closes the lanes it gives up, whose Connections sent nothing since
+        the hub confirmed their last run, and the new senders take the portions over)."""
+        scaling = self.plan.scaling
+        if scaling is None or scaling.target == len(self.members):
+            return
+        count = scaling.target
+        self.job = dataclasses.replace(self.plan.job, urls=[self.plan.job.urls[0]] * count)
+        for m in self.members[count:]:
+            self.ray.kill(m.actor, no_restart=True)
+        self.members = self.members[:count]
+        for m in self.members:
+            m.portions = self.job.portions_of(m.index)
+        self._add_members(count)
+        if self.plan.report is not None:
+            print(f"tensorcom.ray: {count} actors from epoch {epoch} (auto)", file=sys.stderr, flush=True)
+
+    def _observe(self) -> None:
+        """workers="auto": feed the scaling (at most once a second) the consumers' largest data wait
+        (the hub's consumer records), the actors' idle share (not measured: 0), the actors and Ray's
+        available CPUs."""
+        scaling = self.plan.scaling
+        if scaling is None or not scaling.due(len(self.members)):
+            return
+        waits = [c.get("data_wait") for c in self.hub.server.status]
+        data_wait = max([w for w in waits if isinstance(w, (int, float))], default=0.0)
+        scaling.observe(data_wait, 0.0, len(self.members), self.ray.available_resources().get("CPU"))
+
     def _main(self) -> None:
         try:
             first, epochs = self.plan.resume.epoch, self.plan.epochs
             epoch = first
             while epochs is None or epoch < first + epochs:
+                self._rescale(epoch)
                 self._serve_epoch(epoch)
                 epoch += 1
             self._finish()
@@ -179,7 +223,7 @@ class Serving:
         once the hub's input has ended the epoch."""
         self.runs = Roster("serving actor", len(self.members))
         for m in self.members:
-            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, self.plan.resume)
+            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, self.plan.resume, m.portions)
         while not self.runs.finished or not self._hub_ended(epoch):
             if self.stop.is_set():
                 raise _Stopped()
@@ -191,6 +235,7 @@ class Serving:
             else:
                 self._probe(epoch)
             self._maybe_report()
+            self._observe()
 
     def _collect(self, m: Member, epoch: int) -> None:
         """Member m's finished run: counted, or, when its actor died, a restart."""
@@ -228,12 +273,12 @@ class Serving:
             m.senders = senders
             if served is None or served < epoch:
                 self.runs.revive(m.index)
-                m.run = m.actor.run.remote(epoch, epoch, self.plan.resume)
+                m.run = m.actor.run.remote(epoch, epoch, self.plan.resume, m.portions)
             else:  # the lost call's run was done
                 self.runs.message(m.index, ("end", m.index, None))
             return
         job, resumed, taken, first = self.plan.job, self.plan.resume, {}, epoch
-        for portion in job.portions_of(m.index):
+        for portion in m.portions:
             plan = self.hub.server.handover(job.stream, portion, job.portions, first_epoch=resumed.epoch,
                                             retire=[m.senders.get(portion)] if m.senders.get(portion) else [])
             first = min(first, plan.epoch)
@@ -241,12 +286,12 @@ class Serving:
                 taken[(e, portion)] = after_handover(resumed.taken(e, portion), plan.taken(e, portion))
         again = ResumePlan(job.stream, job.portions, first, taken)
         print(f"tensorcom.ray: serving actor {m.index} (pid {m.pid} on {m.node}) died; restarted as pid {pid} on "
-              f"{node}, it serves epochs {first}..{epoch} of portions {job.portions_of(m.index)} again, passing "
+              f"{node}, it serves epochs {first}..{epoch} of portions {m.portions} again, passing "
               f"over {sum(len(t) for t in taken.values())} batches", file=sys.stderr, flush=True)
         m.incarnation, m.senders, m.pid, m.node = incarnation, senders, pid, node
         self.restarts += 1
         self.runs.revive(m.index)
-        m.run = m.actor.run.remote(first, epoch, again)
+        m.run = m.actor.run.remote(first, epoch, again, m.portions)
 
     def _hello_again(self, m: Member) -> tuple:
         """hello() of member m's actor, waiting (up to RESTART_WAIT s) while Ray restarts it."""

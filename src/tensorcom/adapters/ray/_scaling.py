@@ -1,0 +1,78 @@
+"""Ray actors that scale themselves (tensorcom.ray's workers="auto"): the options' checks and the
+driver's pure core, ActorScaling, which turns one observation a second into the number of actors
+for the next epoch. The driver (tensorcom.adapters.ray._driver) owns the actors and acts.
+
+V (the stream's portions) is fixed: `portions`, the resumed state's, else max_workers; from
+min_workers to the ceiling, min(max_workers, V, Ray's CPUs / CPUs per actor), actors serve it,
+actor i of N the portions v with v % N == i. A change takes effect at the next epoch boundary, so
+the batches depend on the seed, the epoch and V only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from tensorcom.checks import positive
+from tensorcom.rates import Throttle
+
+
+def check_auto(minimum: int | None, maximum: int | None, sharing: bool,
+               portions: int | None) -> tuple[int, int | None]:
+    """(min_workers, max_workers) of workers="auto": default 1 and `portions` (None when not given
+    either: then Ray's CPUs / CPUs per actor, known once Ray runs); ValueError for a count below 1,
+    a minimum above the maximum or above `portions`, or URLs other than a sharing server's (its
+    consumers' data wait is what the actors scale on)."""
+    minimum = positive("min_workers", 1 if minimum is None else minimum)
+    maximum = positive("max_workers", maximum) if maximum is not None else portions
+    if maximum is not None and minimum > maximum:
+        raise ValueError(f"workers='auto': min_workers={minimum} is above max_workers={maximum}")
+    if portions is not None and minimum > portions:
+        raise ValueError(f"workers='auto': min_workers={minimum} is more than the stream's {portions} portions")
+    if not sharing:
+        raise ValueError("tensorcom.ray workers='auto' needs a sharing URL (zshare://, zsplit://): the driver's "
+                         "hub measures the consumers' data wait, which the actors scale on")
+    return minimum, maximum
+
+
+def actor_ceiling(minimum: int, maximum: int, portions: int, cpus: float, per_actor: float) -> int:
+    """The most actors: min(maximum, V, Ray's CPUs / CPUs per actor (no bound when an actor takes
+    none)); ValueError when `minimum` is above it."""
+    ceiling = min(maximum, portions)
+    if per_actor > 0:
+        ceiling = min(ceiling, int(cpus // per_actor + 1e-9))
+    if minimum > ceiling:
+        raise ValueError(f"workers='auto': min_workers={minimum} actors do not fit: the stream has {portions} "
+                         f"portions, max_workers={maximum}, Ray has {cpus:g} CPUs for actors of {per_actor:g}")
+    return ceiling
+
+
+class ActorScaling:
+    """The number of actors, decided by `scaler` (tensorcom.pipeline.autoscale.Autoscaler, or any
+    object with its observe(); decided(target) is called after each change when it has one).
+
+    due(actors) says whether an observation is wanted: at most every `every` seconds (the first at
+    once), never while `actors` differs from `target` (a change waits for the epoch boundary).
+    observe(data_wait, idle_share, actors, idle_cpus): the consumers' data wait, the actors' idle
+    share, the actors now and Ray's available CPUs in; `target` moves by the scaler's step within
+    minimum..ceiling; returns True when it changed."""
+
+    def __init__(self, scaler: Any, minimum: int, ceiling: int, every: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.scaler, self.minimum, self.ceiling, self.target = scaler, minimum, ceiling, minimum
+        self.clock = clock
+        self.throttle = Throttle(every, clock, start=float("-inf"))
+
+    def due(self, actors: int) -> bool:
+        return actors == self.target and self.throttle.due()
+
+    def observe(self, data_wait: float, idle_share: float, actors: int, idle_cpus: float | None) -> bool:
+        step = self.scaler.observe(self.clock(), data_wait, idle_share, actors, idle_cpus)
+        target = max(self.minimum, min(self.ceiling, actors + step))
+        if target == self.target:
+            return False
+        self.target = target
+        decided = getattr(self.scaler, "decided", None)
+        if decided is not None:
+            decided(target)
+        return True
