@@ -136,9 +136,9 @@ KILLED_WRITER = textwrap.dedent("""
     from tensorcom.pipeline import _cache_store
     store = _cache_store.EntryStore(sys.argv[1])
     store.save("whole", np.full((40, 50, 3), 7, np.uint8))
-    def killed(fd):  # the data is written, the entry not yet renamed into place
+    def killed(source, target):  # the data is written, the entry not yet renamed into place
         os.kill(os.getpid(), signal.SIGKILL)
-    _cache_store.os.fsync = killed
+    _cache_store.os.replace = killed
     store.save("torn", np.full((40, 50, 3), 9, np.uint8))
 """)
 
@@ -158,6 +158,15 @@ def test_a_writer_killed_mid_write_leaves_no_entry_that_reads_as_valid(tmp_path,
     mine.write_bytes(b"")
     assert remove_stale_temporaries(tmp_path) == 1 and mine.exists()
     assert not [name for _, _, names in os.walk(tmp_path) for name in names if name.endswith(".tmp") and name != mine.name]
+
+
+def test_entries_are_fsynced_only_when_durable(tmp_path, monkeypatch):
+    """A kill cannot tear a renamed entry (test above); fsync only guards against a power loss: opt-in."""
+    synced = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    assert EntryStore(tmp_path / "fast").save("k", np.zeros((4, 4, 3), np.uint8)) == "stored" and synced == []
+    assert EntryStore(tmp_path / "durable", durable=True).save("k", np.zeros((4, 4, 3), np.uint8)) == "stored"
+    assert len(synced) == 1 and int(EntryStore(tmp_path / "durable").load("k").sum()) == 0
 
 
 def test_cache_rejects_bad_arguments_and_samples(tree, tmp_path):

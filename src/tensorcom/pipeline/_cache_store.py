@@ -1,6 +1,6 @@
 """The files of a decoded-image cache: one `.ten` file per entry, written atomically, read by mmap.
 
-    store = EntryStore(directory, max_bytes=None)   directory: one cache's sub-directory (see pipeline.cache)
+    store = EntryStore(directory, max_bytes=None, durable=False)   directory: one cache's sub-directory
     store.load(key)           the stored uint8 array, a zero-copy view of the file (None: no valid entry)
     store.save(key, array)    "stored", or "full" when it would pass max_bytes (nothing written)
     store.has(key)            whether an entry file exists (what `tensorcom prepare` skips)
@@ -8,12 +8,18 @@
     entry_name(key)           "ab/<sha1 of key>.ten": the entry's path inside the directory (pure)
 
 Why one file per entry and not append-only segments with an index: an entry becomes visible only by
-`os.replace` of a complete, fsynced temporary file, so a writer killed at any point leaves at most a
-`.tmp` file that no reader opens, and writers of the same entry in several processes (workers,
+`os.replace` of a completely written temporary file, so a writer killed at any point (SIGKILL
+included) leaves at most a `.tmp` file that no reader opens, and writers of the same entry in several processes (workers,
 servers, jobs) need no lock: the last rename wins, and both wrote the same bytes. Nothing is shared
 but the file system, so no index can disagree with the data, resuming a fill is "skip what exists",
 and every process maps the same pages of the page cache. The cost is one inode per image (4 KiB of
 slack at most, under 2% of a 256-pixel RGB image); the 256 sub-directories keep directories small.
+
+No fsync by default: a killed process cannot tear an entry (the rename follows the whole write and
+the kernel keeps what was written), and a reader checks the entry's exact size and shape. Only a
+power loss or kernel crash can leave a renamed entry whose data never reached the disk (typically
+zero-filled or short: short is a miss, zero-filled would read as a black image). `durable=True`
+fsyncs each entry before its rename, closing that case at a cost of the order of the decode itself.
 
 Entries are tenbin `.ten` files holding one HWC (or HW) uint8 array; `load` checks the whole file
 decodes as exactly one uint8 array (tenbin checks every chunk's length), so a truncated or foreign
@@ -92,10 +98,11 @@ class Budget:
 
 
 class EntryStore:
-    """The entries of one cache directory (created on the first save); `max_bytes` None: unbounded."""
+    """The entries of one cache directory (created on the first save); `max_bytes` None: unbounded;
+    `durable`: fsync each entry before it appears (survives a power loss; see the module docstring)."""
 
-    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None):
-        self.directory, self.max_bytes = os.fspath(directory), max_bytes
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None, durable: bool = False):
+        self.directory, self.max_bytes, self.durable = os.fspath(directory), max_bytes, durable
         self._budget: Budget | None = None
         self._full = False
 
@@ -136,8 +143,9 @@ class EntryStore:
         try:
             with open(temporary, "xb") as stream:
                 tenbin.write(stream, [np.ascontiguousarray(array)])
-                stream.flush()
-                os.fsync(stream.fileno())
+                if self.durable:
+                    stream.flush()
+                    os.fsync(stream.fileno())
             os.replace(temporary, final)  # the entry appears whole or not at all
         except BaseException:
             _remove(temporary)
