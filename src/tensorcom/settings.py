@@ -61,6 +61,12 @@ def shared_memory() -> bool:
     return os.environ.get("TENSORCOM_SHM", "").strip().lower() not in ("0", "false", "no", "off")
 
 
+def timing() -> bool:
+    """Whether tensorcom.serve's processes time their stages by default (tensorcom.pipeline.stage_times,
+    two clock readings per stage per item): False when $TENSORCOM_TIMING is 0/false/no/off."""
+    return os.environ.get("TENSORCOM_TIMING", "").strip().lower() not in ("0", "false", "no", "off")
+
+
 def keras_backend() -> str | None:
     """The Keras backend the user chose by $KERAS_BACKEND (as set, even empty); None when unset."""
     return os.environ.get("KERAS_BACKEND")

@@ -1,13 +1,14 @@
 """Where the time goes in tensorcom.serve: stage records from real serving processes to real sockets."""
 
 import threading
+import types
 
 import numpy as np
 import pytest
 from test_serving import in_thread
 
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline._supervisor import _rate_line
+from tensorcom.pipeline._supervisor import Supervisor, _rate_line
 from tensorcom.transport.connection import Connection
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
@@ -83,3 +84,29 @@ def test_a_mixture_reports_its_members_counts(free_port):
     stats = result["stats"]
     assert stats["members"] == {"small": sum(x < 1000 for x in got), "large": sum(x >= 1000 for x in got)}
     assert sum(stats["members"].values()) == len(got) and "; mix: small " in _rate_line(stats)
+
+
+def test_with_timing_off_the_report_has_no_stages(free_port, monkeypatch):
+    """$TENSORCOM_TIMING=0 (tensorcom.settings.timing) reaches the serving processes: their counts
+    carry no stage record, so the stats and the rate line have no stages and, without a sharing
+    server's consumers, no verdict."""
+    monkeypatch.setenv("TENSORCOM_TIMING", "0")
+    port = free_port()
+    pipeline = Pipeline(range(12)).map(to_sample).batch(4)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", report=None)
+        assert sorted(int(i) for b in conn for i in b["i"]) == list(range(12))
+        thread.join(timeout=30)
+    stats = result["stats"]
+    assert stats["samples"] == 12 and not {"stages", "idle_s", "busy_s", "verdict"} & set(stats)
+    assert _rate_line(stats).endswith("1 workers)")
+
+
+def test_with_timing_off_the_verdict_rests_on_the_consumers_data_wait():
+    """No stage record (timing=False), a sharing server's consumer waiting half its time: the verdict
+    still says so; an unknown wait gives no verdict."""
+    hub = types.SimpleNamespace(server=types.SimpleNamespace(status=[{"data_wait": 0.5}, {"data_wait": None}]))
+    supervisor = Supervisor(None, None, hub)
+    assert supervisor.where_time_goes() == {"verdict": "consumers waiting on data (50%): add workers"}
+    hub.server.status = [{"data_wait": None}]
+    assert supervisor.where_time_goes() == {}

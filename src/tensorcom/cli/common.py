@@ -218,9 +218,9 @@ def count_or_auto(text: str) -> int | str:
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> None:
-    """--epochs, --count (`count_help`), -r/--report, -q/--quiet, --resume, --portions, a sender's CURVE options
-    (--curve-secret, --curve-clients), the sharing options (--min-consumers, --replay, --policy) and
-    Ray's (--ray, --address, --ray-cpus), as every server takes them; `serve_plan` reads them back."""
+    """--epochs, --count (`count_help`), -r/--report, -q/--quiet, --resume, --portions, --metrics,
+    --no-timing, a sender's CURVE options (--curve-secret, --curve-clients), the sharing options
+    (--min-consumers, --replay, --policy) and Ray's (--ray, --address, --ray-cpus), as every server takes them; `serve_plan` reads them back."""
     parser.add_argument("--epochs", type=nonnegative_int, default=0, help="epochs to serve (default 0: forever)")
     parser.add_argument("--count", type=nonnegative_int, default=0, help=count_help)
     parser.add_argument("-r", "--report", type=float, default=10.0,
@@ -237,6 +237,9 @@ def add_serving_arguments(parser: argparse.ArgumentParser, count_help: str) -> N
                              "(port 0: a free one, printed; docs/observability.md; needs tensorcom[metrics])")
     from tensorcom.transport.security import add_curve_arguments
 
+    parser.add_argument("--no-timing", dest="timing", action="store_false",
+                        help="do not time the pipeline's stages (the reports then have no stages; "
+                             "as $TENSORCOM_TIMING=0)")
     add_curve_arguments(parser, serving=True)
     sharing = parser.add_argument_group("sharing (zshare:// and zsplit:// URLs)")
     sharing.add_argument("--min-consumers", type=positive_int, default=1, metavar="K",
@@ -277,6 +280,8 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
         if args.ray is not None:
             raise ValueError("--metrics serves the local publishers' figures; it does not work with --ray yet")
         options["metrics"] = args.metrics
+    if not args.timing and args.ray is None:  # Ray actors do not time their stages
+        options["timing"] = False
     curve = curve_from_args(args, serving=True)
     if curve is not None:
         options["curve"] = curve

@@ -100,13 +100,15 @@ class Supervisor:
         return {**self.reports.stats(self.totals(), overall), "workers": self.workers, **self.where_time_goes()}
 
     def where_time_goes(self) -> dict:
-        """{"stages", "idle_s", "busy_s", "verdict"} from the processes' stage records ({} without),
-        with "members" (samples per mixture member, summed) when they draw from a Mix.
+        """{"stages", "idle_s", "busy_s", "verdict"} from the processes' stage records, with "members"
+        (samples per mixture member, summed) when they draw from a Mix; without records (timing off),
+        {"verdict"} from the consumers' data wait when a sharing server knows it, else {}.
         Reads copies, so another thread may call it (the metrics endpoint)."""
         records, counts = list(self.records.values()), list(self.counts.values())  # C-level copies
         members = list(self.members.values())
         if not records:
-            return {}
+            waits = [w for w in self.consumer_waits() if w is not None]
+            return {"verdict": stage_times.verdict(waits, 0.0, 0.0)} if waits else {}
         record = stage_times.merge(records)
         idle, busy = _idle_busy(record)
         where = {"stages": stage_times.summary(record, sum(s for _, s in counts)), "idle_s": idle, "busy_s": busy,
@@ -194,6 +196,6 @@ def _rate_line(stats: dict) -> str:
             f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} workers)")
     if "verdict" not in stats:
         return line
-    top = stage_times.top_stage(stats["stages"])
+    top = stage_times.top_stage(stats.get("stages", {}))
     members = ", ".join(f"{name} {count}" for name, count in stats.get("members", {}).items())
     return f"{line}; {stats['verdict']}" + (f"; {top}" if top else "") + (f"; mix: {members}" if members else "")

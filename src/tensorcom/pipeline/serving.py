@@ -55,6 +55,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from tensorcom import settings
 from tensorcom.checks import positive
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._supervisor import Scaling, Supervisor
@@ -137,7 +138,8 @@ class ServeJob:
     `spec` and how many `epochs` (None: forever) when the process runs them itself (serve_portions),
     the driver's working directory `cwd` (searched first for "module:function") and `settle`: each
     run ends once the receiver confirmed everything it sent (Ray's ServerActor, sending to the
-    driver's hub). Process i serves the portions v with v % N == i (`portions_of`)."""
+    driver's hub); `timing`: whether the process times its stages (stage_times; False: its counts
+    carry no stage record). Process i serves the portions v with v % N == i (`portions_of`)."""
 
     urls: list[list[str]]
     plan: ResumePlan
@@ -147,6 +149,7 @@ class ServeJob:
     epochs: int | None = None
     cwd: str = ""
     settle: bool = False
+    timing: bool = True
 
     @property
     def stream(self) -> str:
@@ -182,7 +185,8 @@ class ServeJob:
 def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int, gate: Gate | None = None) -> Iterator[tuple]:
     """Build process `index`'s portions of the pipeline (portion v as worker v of V), send them epoch
     by epoch, each on its own Connection tagged with its portion (yielding send_epochs's counts with
-    the stage record of one StageClock that times every portion's pipeline and sends),
+    the stage record of one StageClock that times every portion's pipeline and sends; without one
+    when not job.timing),
     close the connections: their consumers read everything first (for at most options["linger"]
     seconds when not None), or Connection.close raises Undelivered, which fails the process. After a
     failure or a stop, what is queued is discarded. `gate` (workers="auto"): the barrier's
@@ -190,10 +194,11 @@ def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int, gate: Gat
     made = resolve(job.spec)
     linger = job.options.get("linger", DEFAULT_LINGER)
     lanes: list[Lane] = []
-    clock = StageClock()
+    clock = StageClock() if job.timing else None
     try:
         for portion in job.portions_of(index):
-            lanes.append(Lane(portion, timed(made.shard(portion, job.portions), clock), job.connect(portion)))
+            shard = made.shard(portion, job.portions)
+            lanes.append(Lane(portion, shard if clock is None else timed(shard, clock), job.connect(portion)))
         yield from send_epochs(lanes, job.epochs, job.plan.epoch, stop, barrier, job.plan.taken, clock, gate)
     except BaseException:
         linger = 0.0
@@ -209,7 +214,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
           connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
           min_consumers: int = 1, sharing: dict | None = None, curve: Any = None, portions: int | None = None,
           metrics: str | None = None, min_workers: int | None = None, max_workers: int | None = None,
-          scaler: Any = None) -> dict:
+          scaler: Any = None, timing: bool | None = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
@@ -235,6 +240,9 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
     consumers connect to (tensorcom.transport.security.Curve; default: $TENSORCOM_CURVE_*).
     metrics: "HOST:PORT" (port 0: a free one) to serve /metrics, /status.json and a status page while
     it runs (tensorcom.pipeline.observe; docs/observability.md).
+    timing: whether the processes time their stages (default: tensorcom.settings.timing(), on unless
+    $TENSORCOM_TIMING=0); off, the reports have no stages and the verdict rests on the consumers'
+    data wait alone (known to a sharing server; the consumers always measure it).
     Returns {"batches", "samples", "seconds", ...} when every worker has finished (and, sharing, every
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
     TransportError when a sharing server could not deliver everything.
@@ -254,7 +262,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
         return _serve_to(pipeline, hub.worker_url if hub else urls, hub, workers=workers, epochs=epochs,
                          first_epoch=first_epoch, report=report, on_report=on_report,
                          connection_options=connection_options, linger=linger, resume=resume,
-                         portions=portions, metrics=metrics,
+                         portions=portions, metrics=metrics, timing=settings.timing() if timing is None else timing,
                          scaling=(min_workers, max_workers, scaler) if workers == "auto" else None)
     except BaseException:
         if hub is not None:
@@ -265,7 +273,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
 def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
               report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
               linger: float | None, resume: Any, portions: int | None, metrics: str | None = None,
-              scaling: tuple | None = None) -> dict:
+              scaling: tuple | None = None, timing: bool = True) -> dict:
     """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None); `scaling`:
     (min_workers, max_workers, scaler) for workers="auto"."""
     if scaling is not None:
@@ -278,7 +286,7 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
                          "connecting scheme (zpush, zrpub), with which any number of processes serves any portions")
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
     job = ServeJob(assigned[:plan.portions], plan, options, grouped=not binds, spec=pipeline,
-                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch)
+                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch, timing=timing)
     supervisor = Supervisor(report, on_report, hub)
     endpoint = serve_metrics(metrics, supervisor, hub)  # reads the supervisor's figures at each request
     try:
