@@ -85,6 +85,18 @@ def test_max_side_uses_dct_scaling_and_is_its_own_key(tree, tmp_path):
     assert decode_bounded((tree / "c0" / "0.jpg").read_bytes(), 6).shape == (6, 8, 3)
 
 
+def test_max_side_resizes_with_torch_where_it_can_and_the_filter_is_part_of_the_key(tree):
+    from tensorcom.images.resample import resize_box
+
+    data = (tree / "c0" / "0.jpg").read_bytes()
+    half = decode_bounded(data, 24)  # the 1/2-scale decode, not resized
+    expected = resize_box(half, (0, 0, 32, 24), (27, 20), backend="torch")
+    assert np.array_equal(decode_bounded(data, 20, "torch"), expected)
+    source = ImageFolderSource(str(tree), read=False)
+    assert cache_directory("c", source, 20, resize="torch") != cache_directory("c", source, 20, resize="pil")
+    assert cached(tree, "c", max_side=20).steps[-1].args["fn"].resize == "torch"  # torch is installed here
+
+
 def test_a_changed_file_is_a_miss_never_a_stale_image(tmp_path):
     root = write_tree(tmp_path / "data")
     assert outcomes(cached(root, tmp_path / "cache")) == ["stored"] * 12
