@@ -11,8 +11,8 @@ before the first timing, so every writer reads from the page cache. Each writer 
 folder into shards of --per-shard samples under a fresh directory; its time runs from listing the
 folder to the last shard on disk, best of --repeats:
 
-    tensorcom   tensorcom.shards.convert over FilesInput(ImageFolder(DIR)), processes=2: what
-                `tensorcom shard DIR -o ... -j 2` runs (the command adds the interpreter's start-up)
+    tensorcom   tensorcom.pipeline.shard_writing.convert over FilesInput(ImageFolder(DIR)), processes=2:
+                what `tensorcom shard DIR -o ... -j 2` runs (the command adds the interpreter's start-up)
     webdataset  the loop of WebDataset's documentation: ImageFolder's file list, each file read and
                 written with webdataset.ShardWriter({"__key__", "jpg": bytes, "cls": label}), one process
     litdata     litdata.optimize(fn=read the file, inputs=the paths, num_workers=2, chunk_bytes ~ the
@@ -40,7 +40,8 @@ import numpy as np
 
 from tensorcom import shards
 from tensorcom.images import ImageFolder
-from tensorcom.shards.convert import FilesInput, convert
+from tensorcom.pipeline.shard_writing import convert
+from tensorcom.shards.convert import FilesInput
 
 ROOT = Path(__file__).resolve().parent.parent / "bench-data" / "shard_writer"
 CLASSES = 10

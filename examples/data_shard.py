@@ -3,8 +3,8 @@
     python examples/data_shard.py [--dir DIR]
 
 Makes a small image folder (3 classes of 12 PNG images, into a temporary folder unless --dir), converts
-it with `tensorcom.shards.convert` (what `tensorcom shard` runs) into shards of 10 samples written by two
-processes, deletes one shard as a crash would have left it missing, resumes (the other shards are kept
+it with `tensorcom.pipeline.shard_writing.convert` (what `tensorcom shard` runs) into shards of 10
+samples written by two processes, deletes one shard as a crash would have left it missing, resumes (the other shards are kept
 as they are), and reads the shards back with a Pipeline: every image once, its original bytes, its
 class as `cls`. Seconds, no network.
 """
@@ -22,7 +22,8 @@ from tensorcom import Pipeline
 from tensorcom.imagecodec import encode_image
 from tensorcom.images import ImageFolder
 from tensorcom.pipeline import ShardSource
-from tensorcom.shards.convert import FilesInput, convert
+from tensorcom.pipeline.shard_writing import convert
+from tensorcom.shards.convert import FilesInput
 
 
 def make_folder(root: Path) -> ImageFolder:

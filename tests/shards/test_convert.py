@@ -1,4 +1,4 @@
-"""tensorcom.shards.convert: the plan (pure), the tar packing against TarWriter, and conversions of small
+"""tensorcom.shards.convert and tensorcom.pipeline.shard_writing: the plan (pure), the tar packing against TarWriter, and conversions of small
 image folders, generated samples, Parquet tables and saved Hugging Face datasets, read back by our
 reader, Python's tarfile, GNU tar and WebDataset; -j 1 and -j 2 alike; resume and its refusal."""
 
@@ -17,12 +17,11 @@ import pytest
 
 from tensorcom import shards
 from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.pipeline.shard_writing import convert, run_claimed
 from tensorcom.shards import TarWriter
 from tensorcom.shards._destinations import Destination
-from tensorcom.shards._taskpool import run_tasks
 from tensorcom.shards._tarpack import TarPack
-from tensorcom.shards.convert import (FilesInput, IterableInput, Shard, convert, manifest_path, plan_shards,
-                                      runs)
+from tensorcom.shards.convert import FilesInput, IterableInput, Shard, manifest_path, plan_shards, runs
 
 CLASSES, PER_CLASS = ("bird", "cat", "dog"), 7
 
@@ -292,7 +291,7 @@ def fail_in_helper(task: tuple[str, int, str]) -> int:
 @pytest.mark.procs
 @pytest.mark.net
 @pytest.mark.parametrize("how, error, words", [("raise", WorkerError, "helper says no"),
-                                               ("die", WorkerDied, "status -9")])
+                                               ("die", WorkerDied, "shard writer process 0 .* killed by signal 9")])
 def test_a_helper_that_fails_or_dies_is_an_error_and_no_helper_is_left(ipc_path, how, error, words):
     import multiprocessing
 
@@ -303,5 +302,5 @@ def test_a_helper_that_fails_or_dies_is_an_error_and_no_helper_is_left(ipc_path,
         listener.settimeout(60)
         LISTENER.append(listener)
         with pytest.raises(error, match=words):
-            run_tasks(fail_in_helper, [(address, os.getpid(), how)] * 4, 2)
+            run_claimed(fail_in_helper, [(address, os.getpid(), how)] * 4, 2)
     assert multiprocessing.active_children() == []

@@ -22,7 +22,8 @@ import sys
 from tensorcom.cli import common
 from tensorcom.cli.common import entry_point
 from tensorcom.errors import OpenError
-from tensorcom.shards.convert import FORMATS, ConvertInput, FilesInput, IterableInput, convert, manifest_path
+from tensorcom.pipeline.shard_writing import convert
+from tensorcom.shards.convert import FORMATS, ConvertInput, FilesInput, IterableInput, manifest_path
 
 TABLE_EXTENSIONS = (".parquet", ".arrow", ".feather", ".ipc")
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}

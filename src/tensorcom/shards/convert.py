@@ -1,6 +1,9 @@
-"""Converting a dataset into shards: plan, write in parallel processes, resume (`tensorcom shard`).
+"""Converting a dataset into shards, what is about the shards: the plan, the manifest, the inputs,
+writing one run of shards, the resume rules (`tensorcom shard`; the processes that write the tasks in
+parallel are the pipeline layer's, tensorcom.pipeline.shard_writing.convert).
 
-    convert(source, "out/train-%06d.tar", maxcount=1000, processes=2, resume=False) -> Manifest
+    manifest, tasks = prepare(source, "out/train-%06d.tar", maxcount=1000, processes=2, resume=False)
+    write_run(source, "out", "tar", tasks[i]) -> [(name, count)]    in any process, for each task
 
 `source` is a ConvertInput: a count, a fingerprint, per-sample sizes and `read(start, stop)`, the
 sample dicts {"__key__", field: value} of that slice (FilesInput for image folders and file lists,
@@ -10,13 +13,12 @@ str as UTF-8, others encoded by extension; fields starting with "_" are not writ
 
 1. Plan (pure, `plan_shards`): the input's count, `maxcount` and, with `maxsize`, its sizes → one
    (start, stop) slice per shard. Shard n holds samples start..stop-1 whatever the process count.
-2. Manifest: `manifest_path(pattern)` (out/train.manifest.json) records the shards, their counts, the options and the
-   input's fingerprint, written (atomically) before any shard.
+2. Manifest: `manifest_path(pattern)` (out/train.manifest.json) records the shards, their counts, the
+   options and the input's fingerprint, written (atomically) before any shard.
 3. Write: the shards not yet finished, grouped into contiguous runs (one shard per task for inputs that
-   read any slice directly; N runs for sequential inputs), written by this process and `processes` - 1
-   spawned helpers (tensorcom.shards._taskpool). Each shard goes to a hidden temporary file in its
-   directory, is fsync'ed and renamed (tensorcom.shards._destinations): a shard's name exists once it is
-   whole.
+   read any slice directly; N runs for sequential inputs); `write_run` writes one. Each shard goes to
+   a hidden temporary file in its directory, is fsync'ed and renamed (tensorcom.shards._destinations):
+   a shard's name exists once it is whole.
 4. Resume: with `resume=True` an existing manifest must match (same fingerprint and options, else
    ValueError naming what changed); shards present with their planned sample count are kept as they
    are (not rewritten); leftover temporary files of the plan's shards are removed.
@@ -33,10 +35,8 @@ import os
 from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.errors import OpenError
-from tensorcom.progress import Progress
 from tensorcom.shards._destinations import open_destination
 from tensorcom.shards._tarpack import shard_fields, tar_samples, write_tar_shard
-from tensorcom.shards._taskpool import Helpers
 
 FORMATS = ("tar", "parquet")
 _MEMBER_OVERHEAD = 1024  # a header block and half a block of padding, per field: about 2 fields per sample
@@ -260,16 +260,9 @@ def shard_count(path: str, format: str) -> int | None:
         return None
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(source: ConvertInput, directory: str, format: str) -> None:
-    _WORKER.update(source=source, directory=directory, format=format)
-
-
-def _write_run(run: list[Shard]) -> list[tuple[str, int]]:
-    """Write the shards of `run` (in input order) from one read of their slice; [(name, count)]."""
-    source, directory, format = _WORKER["source"], _WORKER["directory"], _WORKER["format"]
+def write_run(source: ConvertInput, directory: str, format: str, run: list[Shard]) -> list[tuple[str, int]]:
+    """Write the shards of `run` (in input order) into `directory` as `format` from one read of their
+    slice of `source`; [(name, count)]. ValueError when the input gives another count than planned."""
     samples = source.read(run[0].start, run[-1].stop)
     position, done = run[0].start, []
     for shard in run:
@@ -347,40 +340,18 @@ def finished_shards(manifest: Manifest, directory: str) -> list[str]:
     return [s.name for s in manifest.shards if shard_count(os.path.join(directory, s.name), manifest.format) == s.count]
 
 
-def convert(source: ConvertInput, pattern: str, *, maxcount: int = 10000, maxsize: float | None = None,
-            format: str = "tar", processes: int = 1, resume: bool = False, progress: bool | Progress = False
-            ) -> Manifest:
-    """Write `source` as shards `pattern % n` (module docstring); returns the Manifest (`kept`: the shard
-    names resume left alone). ValueError for bad options and for a resume the manifest refuses."""
+def prepare(source: ConvertInput, pattern: str, *, maxcount: int = 10000, maxsize: float | None = None,
+            format: str = "tar", processes: int = 1, resume: bool = False) -> tuple[Manifest, list[list[Shard]]]:
+    """Everything before writing (module docstring, 1, 2, 4): check the options, plan, with `resume`
+    keep the finished shards (Manifest.kept), remove leftover temporary files, write the manifest; returns
+    the Manifest and the tasks (runs of the shards still to write, for `processes` processes).
+    ValueError for bad options and for a resume the manifest refuses."""
     _check(pattern, format, processes)
     directory = os.path.dirname(pattern) or "."
     os.makedirs(directory, exist_ok=True)
-    shown = Progress("tensorcom shard") if progress is True else (progress or None)
-    try:
-        with Helpers(processes - 1) as helpers:  # they start while the input is planned
-            manifest = plan(source, pattern, maxcount, maxsize, format)
-            manifest.kept = finished_shards(manifest, directory) if resume else []
-            pending = [s for s in manifest.shards if s.name not in set(manifest.kept)]
-            _clear_leftovers(directory, manifest.shards)
-            _write_atomic(manifest_path(pattern), manifest.to_json())
-            if shown is not None:
-                shown.update(sum(s.count for s in manifest.shards) - sum(s.count for s in pending),
-                             shards=len(manifest.kept))
-            _write_all(helpers, source, directory, format, runs(pending, processes, source.sequential), shown)
-    finally:
-        if shown is not None:
-            shown.close()
-    return manifest
-
-
-def _write_all(helpers: Helpers, source: ConvertInput, directory: str, format: str, tasks: list[list[Shard]],
-               shown: Progress | None) -> None:
-    """Run the tasks here and in the helpers, counting finished shards on `shown`."""
-    def finished(done: list[tuple[str, int]]) -> None:
-        if shown is not None:
-            shown.update(sum(n for _, n in done), shards=shown.extra.get("shards", 0) + len(done))
-
-    try:
-        helpers.run(_write_run, tasks, init=_init_worker, init_args=(source, directory, format), done=finished)
-    finally:
-        _WORKER.clear()
+    manifest = plan(source, pattern, maxcount, maxsize, format)
+    manifest.kept = finished_shards(manifest, directory) if resume else []
+    pending = [s for s in manifest.shards if s.name not in set(manifest.kept)]
+    _clear_leftovers(directory, manifest.shards)
+    _write_atomic(manifest_path(pattern), manifest.to_json())
+    return manifest, runs(pending, processes, source.sequential)
