@@ -32,12 +32,17 @@ seed, epoch and portion), and ends each once more. With connecting URLs (zpush, 
 straight to a trainer that binds) nothing counts what arrived, so a dead actor ends the serve with
 WorkerDied.
 
+Actors that scale themselves (workers="auto", sharing URLs only): V fixed, min_workers actors at
+first; the driver feeds an autoscaler once a second and changes the actors only at an epoch
+boundary, giving each run its portions v % N' == i (_scaling; docs/ray.md).
+
 Who shuts down: close() (the end of serve(), Ctrl-C, an error, interpreter exit) stops the driver
 thread, kills every actor and the hub, and shuts Ray down when start() started it; a driver that dies
 takes its actors along (Ray kills the actors of a dead owner).
 
 Modules: _actors (what runs in the actors: the feeds, ServerActor, Directory), _driver (Serving: the
-epochs, restarts and reports); this module holds the entry points and checks the options.
+epochs, restarts, rescaling and reports), _scaling (workers="auto": checks and ActorScaling); this
+module holds the entry points and checks the options.
 """
 
 from __future__ import annotations

@@ -133,7 +133,8 @@ class ServerActor:
                 lane.conn = self.job.connect(lane.portion)
         return self.incarnation, self.senders(), os.getpid(), node_address(require_ray()), self.served
 
-    def run(self, first: int, last: int, plan: Any, portions: list[int] | None = None) -> tuple[int, int, dict[int, str]]:
+    def run(self, first: int, last: int, plan: Any,
+            portions: list[int] | None = None) -> tuple[int, int, dict[int, str]]:
         if portions is not None and list(portions) != self.portions:
             self._deal(list(portions))
         self.hello()

@@ -9,10 +9,12 @@ call, or between calls a new incarnation from `hello`) is waited for while Ray r
 for each portion v the actor serves, `hub.server.handover(stream, v, V, retire=[its last sender])`
 drops whatever still arrives from the dead incarnation and says which batches of portion v the hub
 took in each unfinished epoch, and the new incarnation serves those epochs again, passing over
-exactly those and the ones the consumers had before the serve (`after_handover`). Without a hub (connecting URLs) or with a feed that is
-not resumable (Ray Data), a dead actor ends the serve with WorkerDied. The books of an epoch's runs
-(which actor has finished, which runs again after a restart) are a Roster, the pure core of the
-process owner (tensorcom.pipeline.processes).
+exactly those and the ones the consumers had before the serve (`after_handover`). Without a hub
+(connecting URLs) or with a feed that is not resumable (Ray Data), a dead actor ends the serve with
+WorkerDied. With workers="auto" (plan.scaling) the driver observes once a second while it waits and,
+before an epoch, creates or kills actors to the decided number, each run naming its portions. The
+books of an epoch's runs (which actor has finished, which runs again after a restart) are a Roster,
+the pure core of the process owner (tensorcom.pipeline.processes).
 
 Who shuts down: Serving.close() stops the driver thread, kills every actor and the Directory, aborts
 the hub unless it finished, and shuts Ray down when start() started it.
@@ -200,7 +202,7 @@ class Serving:
             return
         waits = [c.get("data_wait") for c in self.hub.server.status]
         data_wait = max([w for w in waits if isinstance(w, (int, float))], default=0.0)
-        scaling.observe(data_wait, 0.0, len(self.members), self.ray.available_resources().get("CPU"))
+        scaling.observe(data_wait, 0.0, len(self.members), self.ray.available_resources().get("CPU", 0.0))
 
     def _main(self) -> None:
         try:
