@@ -1,7 +1,8 @@
 """tensorcom.ray on a local Ray instance (ray.init(num_cpus=2), started once for the module): two
 actors deliver one epoch exactly; an actor killed mid-epoch is restarted and the epoch still arrives
 whole with no duplicate; a pipeline that raises ends the serve with WorkerError; a Ray Data dataset
-reaches a plain consumer; no actor outlives its serve. join_url and actor_options without Ray.
+reaches a plain consumer; no actor outlives its serve; workers="auto" grows from one actor to two at
+an epoch boundary, every epoch exact. join_url, actor_options and auto's checks without Ray.
 
 The actors build their pipeline from this file ("tests/adapters/test_ray.py:make_ids"), so this
 module is also imported in the actors' processes."""
