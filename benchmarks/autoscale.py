@@ -59,9 +59,13 @@ class Run:
         command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(root), "-b", str(BATCH),
                    "--size", str(SIZE), "-r", "0", *options, f"zpush://127.0.0.1:{self.port}"]
         self.said = tempfile.TemporaryFile("w+")  # not a pipe: a server that talks never blocks on it
-        self.server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=self.said, text=True,
+        self.server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.said,
                                        start_new_session=True)
-        self.batches = iter(self.conn)
+        self.batches = self._epochs()
+
+    def _epochs(self):
+        while True:  # the server runs epochs back to back; each `for` over the Connection is one
+            yield from self.conn
 
     def take(self, seconds: float) -> list[tuple[float, int]]:
         """(arrival time, images) of the batches taken in `seconds`, each followed by a step."""
