@@ -112,8 +112,8 @@ class Scraper:
         self.reader.join(timeout=10)
 
 
-def run_served(root: Path, setting: str, expected: int) -> dict:
-    """One run of serve-imagenet-dir -P 2 over `root` (`expected` images) with SETTINGS[setting]:
+def run_served(root: Path, setting: str, expected: int, publishers: int = 2) -> dict:
+    """One run of serve-imagenet-dir -P `publishers` over `root` (`expected` images) with SETTINGS[setting]:
     images, img/s (from the first batch), the server tree's CPU seconds per image over the whole run
     (start-up included) and while it streams (from the first batch to the `expected`-th image; the
     images of the first batch left out, as for the rate), and (on) the scrapes that answered."""
@@ -121,7 +121,7 @@ def run_served(root: Path, setting: str, expected: int) -> dict:
 
     port = bench.free_port()
     command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(root), "-b", str(bench.BATCH),
-               "--size", str(bench.SIZE), "-P", "2", "--epochs", "1", "-r", "0", *SETTINGS[setting],
+               "--size", str(bench.SIZE), "-P", str(publishers), "--epochs", "1", "-r", "0", *SETTINGS[setting],
                f"zpush://127.0.0.1:{port}"]
     timer = bench.Timer()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=120) as conn:
@@ -156,23 +156,23 @@ def run_served(root: Path, setting: str, expected: int) -> dict:
     return result
 
 
-def compare(root: Path, repeats: int, expected: int) -> dict[str, list[dict]]:
+def compare(root: Path, repeats: int, expected: int, publishers: int = 2) -> dict[str, list[dict]]:
     """`repeats` rounds of (off, on), interleaved so that the machine's load drifts over both."""
     runs: dict[str, list[dict]] = {"off": [], "on": []}
     for _ in range(repeats):
         for setting in runs:
-            runs[setting].append(run_served(root, setting, expected))
+            runs[setting].append(run_served(root, setting, expected, publishers))
     return runs
 
 
-def table(runs: dict[str, list[dict]]) -> str:
+def table(runs: dict[str, list[dict]], publishers: int = 2) -> str:
     """The medians of each setting and the on/off ratios against the 2% target, as a Markdown table."""
     def median(setting: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[setting])
 
     keys = ("rate", "streaming_cpu_per_image", "cpu_per_image")
     names = {"off": "off: --no-timing, no metrics", "on": "on: timing, --metrics scraped every second"}
-    lines = ["| serve-imagenet-dir -P 2 -> Connection | runs | img/s | server CPU ms/image, streaming "
+    lines = [f"| serve-imagenet-dir -P {publishers} -> Connection | runs | img/s | server CPU ms/image, streaming "
              "| server CPU ms/image, whole run |", "|---|---:|---:|---:|---:|"]
     for setting, name in names.items():
         rate, streaming, whole = (median(setting, key) for key in keys)
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run: 640 images, 3 runs of each setting")
     parser.add_argument("--images", type=int, default=None, help="images in the folder (default 3000, quick 640)")
     parser.add_argument("--repeats", type=int, default=None, help="runs of each setting, interleaved (default 5, quick 3)")
+    parser.add_argument("--publishers", type=int, default=2, help="serve-imagenet-dir -P (default 2, as benchmarks/pipeline.py)")
     parser.add_argument("--data", type=Path, default=None, help="where the folder is made (default: bench-data/)")
     args = parser.parse_args(argv)
     if args.data is not None:
@@ -199,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (3 if args.quick else 5)
     root = bench.make_dataset(count)
     expected = len(bench.image_files(root))
-    print(f"{expected} JPEGs in {root}; serve-imagenet-dir -P 2, batch {bench.BATCH}; {repeats} runs of each setting, "
+    print(f"{expected} JPEGs in {root}; serve-imagenet-dir -P {args.publishers}, batch {bench.BATCH}; {repeats} runs of each setting, "
           "interleaved", flush=True)
-    print("\n" + table(compare(root, repeats, expected)))
+    print("\n" + table(compare(root, repeats, expected, args.publishers), args.publishers))
     return 0
 
 

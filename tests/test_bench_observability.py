@@ -20,7 +20,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "observability.
 def test_a_tiny_run_measures_both_settings(tmp_path):
     pytest.importorskip("simplejpeg")
     pytest.importorskip("prometheus_client")
-    command = [sys.executable, str(SCRIPT), "--images", "64", "--repeats", "1", "--data", str(tmp_path)]
+    command = [sys.executable, str(SCRIPT), "--images", "64", "--repeats", "1", "--publishers", "1", "--data", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     lines = done.stdout.splitlines()
