@@ -77,3 +77,36 @@ def serve_one_epoch(root, cache, port, popen) -> list:
         batches = list(conn)
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
     return batches
+
+
+FACTORY = """
+from tensorcom.images.folder import ImageFolderSource
+from tensorcom.pipeline import Pipeline
+
+
+def served(sample):
+    return {{"image": sample["jpg"], "hit": int(sample["__cache__"] == "hit")}}
+
+
+def make():
+    return Pipeline(ImageFolderSource({root!r}, read=False)).cache(None).map(served).batch(6)
+"""
+
+
+def test_serve_gives_its_cache_directory_to_the_pipelines_cache_stage(tmp_path, free_port, popen):
+    """`tensorcom serve --cache DIR` with a pipeline whose .cache() names no directory: the first
+    epoch fills DIR, the second maps every image from it."""
+    from tensorcom import Connection
+
+    root = write_tree(tmp_path / "data")
+    (tmp_path / "factory.py").write_text(FACTORY.format(root=str(root)))
+    port, cache = free_port(), tmp_path / "cache"
+    command = [sys.executable, "-m", "tensorcom.cli.main", "serve", f"{tmp_path / 'factory.py'}:make",
+               "--cache", str(cache), "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"]
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        proc = popen.start(command, stderr=subprocess.PIPE, text=True)
+        first, second = list(conn), list(conn)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert len(entries(cache)) == 12
+    assert [int(b["hit"].sum()) for b in first] == [0, 0] and [int(b["hit"].sum()) for b in second] == [6, 6]
+    assert first[0]["image"].shape[1:] == (24, 32, 3)

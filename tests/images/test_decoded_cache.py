@@ -190,6 +190,8 @@ def test_cache_rejects_bad_arguments_and_samples(tree, tmp_path):
         list(Pipeline([{"__key__": "a", "txt": b"x"}]).cache(str(tmp_path), key="k"))
     with pytest.raises(TypeError, match="dict samples"):
         list(Pipeline([b"x"]).cache(str(tmp_path), key="k"))
+    with pytest.raises(ValueError, match="tensorcom serve --cache DIR"):  # no directory, no server's
+        list(Pipeline([{"__key__": "a", "jpg": (tree / "c0" / "0.jpg").read_bytes()}]).cache(None, key="k"))
 
 
 def test_shards_are_keyed_by_url_and_key(tmp_path):

@@ -4,7 +4,8 @@ FUNCTION (importable from MODULE; the current directory is searched first) takes
 returns either a `tensorcom.Pipeline` or any iterable of batches (list/tuple/dict of arrays). Each of
 the `-w N` worker processes calls it and serves its own disjoint portion: a Pipeline's `.shard(i, N)`,
 or every N-th batch of an iterable (an iterable is computed whole by every worker, so prefer a
-Pipeline when there are several). FUNCTION is called again for each epoch. `--shuffle` shuffles what
+Pipeline when there are several). FUNCTION is called again for each epoch. `--cache DIR` gives the
+pipeline's `.cache()` stages (those without a directory) DIR. `--shuffle` shuffles what
 it returns through a buffer of `--shuffle-buffer` items (default: served in its own order).
 
     tensorcom serve mymodule:make_pipeline zpush://127.0.0.1:7880 -w 4 --epochs 10
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
                         help="with -w auto: the most worker processes, and the portions unless --portions "
                              "(default: the machine's cores)")
+    parser.add_argument("--cache", default=None, metavar="DIR",
+                        help="the directory of the pipeline's cache(None) stages: decoded images stored once, "
+                             "mapped in later epochs (docs/pipeline.md, 'Caching decoded images')")
     add_serving_arguments(parser, count_help="stop after about N batches in all (0: no limit)")
     add_shuffle_arguments(parser, default=False, what="the items FUNCTION returns through --shuffle-buffer")
     return parser
@@ -76,7 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     bounds = {"min_workers": args.min_workers, "max_workers": args.max_workers}
     if args.workers != "auto" and any(value is not None for value in bounds.values()):
         raise ValueError("--min-workers and --max-workers go with -w auto")
+    if args.cache is not None and args.ray is not None:
+        raise ValueError("--cache is for local worker processes; with --ray name each node's directory in the "
+                         "pipeline: .cache(DIR) (docs/ray.md)")
     run = serve_plan(args, args.workers)
+    if args.cache is not None:
+        run.options["cache"] = args.cache
     if args.workers == "auto":
         run.options.update({key: value for key, value in bounds.items() if value is not None})
     run.publishers()  # fails early on URLs that cannot work with -w

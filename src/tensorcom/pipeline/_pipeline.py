@@ -179,10 +179,11 @@ class Pipeline:
         return self._then("map", fn=fn, rng=rng, workers=workers, processes=processes, ordered=ordered,
                           buffer=buffer, persistent=persistent)
 
-    def cache(self, directory: str, *, max_side: int | None = None, max_bytes: int | None = None,
+    def cache(self, directory: str | None, *, max_side: int | None = None, max_bytes: int | None = None,
               key: str | None = None) -> Pipeline:
         """Decode each dict sample's image once (shorter side <= `max_side`) into a file under `directory`
-        (at most `max_bytes`), mapped in later epochs: the field becomes HWC uint8 (pipeline.cache)."""
+        (None: the server's `--cache DIR`; at most `max_bytes`), mapped in later epochs: the field
+        becomes HWC uint8 (pipeline.cache)."""
         from tensorcom.pipeline.cache import decoded_cache
 
         return self.map(decoded_cache(self.source, directory, max_side=max_side, max_bytes=max_bytes, key=key))

@@ -1,6 +1,8 @@
 """A decoded-image cache: decode each image once, map it from a file in every later epoch.
 
     Pipeline(source).cache(dir, max_side=None, max_bytes=None)   (Pipeline.cache calls decoded_cache)
+    Pipeline(source).cache(None, ...)  the directory the server gives: `tensorcom serve --cache DIR`
+                                       (tensorcom.serve(cache=DIR) calls serve_in in each serving process)
     decoded_cache(source, dir, ...)    the map function: a dict sample -> the same sample with its image
                                        field an HWC uint8 array and "__cache__" = "hit" / "stored" / "full"
     cache_directory(dir, source, max_side, key=None)   the sub-directory of one (source, decoding)
@@ -79,16 +81,30 @@ def source_listing(source: Any) -> list:
                     f"version of the data')")
 
 
+_served_root: str | None = None  # this process's server's --cache DIR (serve_in)
+
+
+def serve_in(root: str | os.PathLike | None) -> None:
+    """Make `root` the directory of every `cache(None)` stage this process runs (a serving process
+    of tensorcom.serve(cache=root) calls it before building its pipeline; None: none)."""
+    global _served_root
+    _served_root = None if root is None else os.fspath(root)
+
+
 def cache_directory(root: str | os.PathLike, source: Any, max_side: int | None, key: str | None = None,
                     resize: str = "pil") -> str:
     """root/<hash of format, decoding (max_side, `resize` backend when max_side is set) and source (or
     `key`)>: one directory per distinct content."""
+    return os.path.join(os.fspath(root), content_name(source, max_side, key, resize))
+
+
+def content_name(source: Any, max_side: int | None, key: str | None = None, resize: str = "pil") -> str:
+    """The hash naming a cache's sub-directory (see cache_directory)."""
     identity = {"format": FORMAT_VERSION, "mode": MODE, "max_side": max_side,
                 "source": source_listing(source) if key is None else ["key", key]}
     if max_side is not None and resize != "pil":  # "pil" keeps the directories of earlier caches
         identity["resize"] = resize
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
-    return os.path.join(os.fspath(root), digest)
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def entry_key(sample: dict) -> str:
@@ -113,8 +129,8 @@ def image_field(sample: dict) -> tuple[str, Any]:
 def decode_bounded(data: bytes, max_side: int | None, resize: str = "pil") -> np.ndarray:
     """HWC uint8 RGB of `data` with its shorter side at most `max_side` (None: full size): decoded at
     the smallest DCT scale that keeps the shorter side >= max_side, then, if still larger, resized to
-    exactly max_side by an antialiased bilinear filter: `resize` "torch" (resample.resize_box's torch
-    path) or "pil" (Pillow). The same arguments give the same bits in every process of a machine."""
+    exactly max_side by an antialiased bilinear filter: `resize` "torch" (torch's, on uint8) or
+    "pil" (Pillow's). The same arguments give the same bits in every process of a machine."""
     needed = 1.0
     if max_side is not None:
         header = imagecodec.jpeg_header(data)
@@ -126,26 +142,52 @@ def decode_bounded(data: bytes, max_side: int | None, resize: str = "pil") -> np
         return np.ascontiguousarray(array)
     scale = max_side / min(width, height)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    if resize == "torch" and array.ndim == 3 and array.shape[2] == 3:
-        from tensorcom.images.resample import resize_box
-
-        return resize_box(array, (0, 0, width, height), size, backend="torch")  # a new, writable array
+    if resize == "torch" and array.ndim == 3:
+        return _torch_resize(array, size)
     Image = require("PIL.Image")
     return np.array(Image.fromarray(array).resize(size, Image.Resampling.BILINEAR))  # writable, as a hit's
 
 
+def _torch_resize(array: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """HWC uint8 `array` resized to `size` (width, height) by torch's antialiased bilinear filter on
+    uint8 (as images.resample's torch path); a new, writable array."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.inference_mode():
+        scaled = F.interpolate(torch.from_numpy(array).permute(2, 0, 1).unsqueeze(0), size=(size[1], size[0]),
+                               mode="bilinear", antialias=True, align_corners=False)
+        return scaled[0].permute(1, 2, 0).contiguous().numpy()
+
+
 class DecodedCache:
     """The map function of Pipeline.cache (picklable; files open where it runs): a dict sample ->
-    {**sample, image field: HWC uint8 array, "__cache__": outcome}. See the module docstring."""
+    {**sample, image field: HWC uint8 array, "__cache__": outcome}. See the module docstring.
+    `directory` None: `name` under the directory serve_in gave this process (found on first use)."""
 
-    def __init__(self, directory: str, max_side: int | None = None, max_bytes: int | None = None,
-                 resize: str = "pil", durable: bool = False):
-        self.directory, self.max_side, self.resize = directory, max_side, resize
-        self.store = EntryStore(directory, max_bytes, durable)
+    def __init__(self, directory: str | None, max_side: int | None = None, max_bytes: int | None = None,
+                 resize: str = "pil", durable: bool = False, name: str = ""):
+        self.max_side, self.resize, self.name = max_side, resize, name
+        self.max_bytes, self.durable = max_bytes, durable
+        self._store = None if directory is None else EntryStore(directory, max_bytes, durable)
         self.counts = {"hit": 0, "stored": 0, "full": 0}
 
+    @property
+    def store(self) -> EntryStore:
+        if self._store is None:
+            if _served_root is None:
+                raise ValueError("cache() without a directory takes its server's: serve it with "
+                                 "`tensorcom serve --cache DIR` (or tensorcom.serve(..., cache=DIR)), or name one")
+            self._store = EntryStore(os.path.join(_served_root, self.name), self.max_bytes, self.durable)
+        return self._store
+
+    @property
+    def directory(self) -> str:
+        return self.store.directory
+
     def __repr__(self) -> str:
-        return f"DecodedCache({self.directory!r}, max_side={self.max_side}, max_bytes={self.store.max_bytes})"
+        where = self._store.directory if self._store is not None else f"<served>/{self.name}"
+        return f"DecodedCache({where!r}, max_side={self.max_side}, max_bytes={self.max_bytes})"
 
     def __call__(self, sample: dict) -> dict:
         if not isinstance(sample, dict):
@@ -171,9 +213,10 @@ class DecodedCache:
         return self.store.has(entry_key(sample))
 
 
-def decoded_cache(source: Any, directory: str | os.PathLike, *, max_side: int | None = None,
+def decoded_cache(source: Any, directory: str | os.PathLike | None, *, max_side: int | None = None,
                   max_bytes: int | None = None, key: str | None = None, durable: bool = False) -> DecodedCache:
-    """The DecodedCache for `source`'s data under `directory` (checked arguments; see the module);
+    """The DecodedCache for `source`'s data under `directory` (None: the server's, see serve_in;
+    checked arguments; see the module);
     `durable`: fsync every entry before it appears (see _cache_store: survives a power loss too)."""
     if max_side is not None:
         positive("max_side", max_side)
@@ -182,5 +225,6 @@ def decoded_cache(source: Any, directory: str | os.PathLike, *, max_side: int | 
     if key is not None and not isinstance(key, str):
         raise TypeError(f"key must be a str, got {type(key).__name__}: {key!r}")
     resize = resize_backend()
-    return DecodedCache(cache_directory(directory, source, max_side, key, resize), max_side, max_bytes, resize,
-                        durable)
+    name = content_name(source, max_side, key, resize)
+    where = None if directory is None else os.path.join(os.fspath(directory), name)
+    return DecodedCache(where, max_side, max_bytes, resize, durable, name)

@@ -139,7 +139,8 @@ class ServeJob:
     the driver's working directory `cwd` (searched first for "module:function") and `settle`: each
     run ends once the receiver confirmed everything it sent (Ray's ServerActor, sending to the
     driver's hub); `timing`: whether the process times its stages (stage_times; False: its counts
-    carry no stage record). Process i serves the portions v with v % N == i (`portions_of`)."""
+    carry no stage record); `cache`: the directory of the pipeline's `cache(None)` stages (pipeline.cache.serve_in).
+    Process i serves the portions v with v % N == i (`portions_of`)."""
 
     urls: list[list[str]]
     plan: ResumePlan
@@ -150,6 +151,7 @@ class ServeJob:
     cwd: str = ""
     settle: bool = False
     timing: bool = True
+    cache: str | None = None
 
     @property
     def stream(self) -> str:
@@ -191,6 +193,10 @@ def serve_portions(job: ServeJob, stop: Any, barrier: Any, index: int, gate: Gat
     seconds when not None), or Connection.close raises Undelivered, which fails the process. After a
     failure or a stop, what is queued is discarded. `gate` (workers="auto"): the barrier's
     portion_sending.Gate, which may end the run at an epoch boundary (the connections close as above)."""
+    if job.cache is not None:
+        from tensorcom.pipeline.cache import serve_in
+
+        serve_in(job.cache)
     made = resolve(job.spec)
     linger = job.options.get("linger", DEFAULT_LINGER)
     lanes: list[Lane] = []
@@ -214,7 +220,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
           connection_options: dict | None = None, linger: float | None = DEFAULT_LINGER, resume: Any = None,
           min_consumers: int = 1, sharing: dict | None = None, curve: Any = None, portions: int | None = None,
           metrics: str | None = None, min_workers: int | None = None, max_workers: int | None = None,
-          scaler: Any = None, timing: bool | None = None) -> dict:
+          scaler: Any = None, timing: bool | None = None, cache: str | None = None) -> dict:
     """Serve `pipeline` from `workers` processes to `urls` (rules in the module docstring; zshare://
     and zsplit:// URLs: tensorcom.pipeline.shared_serving).
 
@@ -243,6 +249,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
     timing: whether the processes time their stages (default: tensorcom.settings.timing(), on unless
     $TENSORCOM_TIMING=0); off, the reports have no stages and the verdict rests on the consumers'
     data wait alone (known to a sharing server; the consumers always measure it).
+    cache: the directory of the pipeline's `cache(None)` stages (decoded images, tensorcom.pipeline.cache).
     Returns {"batches", "samples", "seconds", ...} when every worker has finished (and, sharing, every
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
     TransportError when a sharing server could not deliver everything.
@@ -263,7 +270,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
                          first_epoch=first_epoch, report=report, on_report=on_report,
                          connection_options=connection_options, linger=linger, resume=resume,
                          portions=portions, metrics=metrics, timing=settings.timing() if timing is None else timing,
-                         scaling=(min_workers, max_workers, scaler) if workers == "auto" else None)
+                         scaling=(min_workers, max_workers, scaler) if workers == "auto" else None,
+                         cache=None if cache is None else os.fspath(cache))
     except BaseException:
         if hub is not None:
             hub.abort()
@@ -273,7 +281,7 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
 def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs: int | None, first_epoch: int,
               report: float | None, on_report: Callable[[dict], None] | None, connection_options: dict | None,
               linger: float | None, resume: Any, portions: int | None, metrics: str | None = None,
-              scaling: tuple | None = None, timing: bool = True) -> dict:
+              scaling: tuple | None = None, timing: bool = True, cache: str | None = None) -> dict:
     """serve()'s body, sending to `urls` (a hub's worker URL when `hub` is not None); `scaling`:
     (min_workers, max_workers, scaler) for workers="auto"."""
     if scaling is not None:
@@ -286,7 +294,8 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
                          "connecting scheme (zpush, zrpub), with which any number of processes serves any portions")
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
     job = ServeJob(assigned[:plan.portions], plan, options, grouped=not binds, spec=pipeline,
-                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch, timing=timing)
+                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch, timing=timing,
+                   cache=cache)
     supervisor = Supervisor(report, on_report, hub)
     endpoint = serve_metrics(metrics, supervisor, hub)  # reads the supervisor's figures at each request
     try:
