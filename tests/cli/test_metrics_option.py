@@ -1,5 +1,6 @@
 """`--metrics HOST:PORT` of the server tools: the plan passes it to tensorcom.serve, a malformed
-address is a usage error, --ray refuses it (the endpoint itself: tests/pipeline/test_observe.py)."""
+address is a usage error, --ray refuses it (the endpoint itself: tests/pipeline/test_observe.py);
+`--no-timing` passes timing=False."""
 
 from __future__ import annotations
 
@@ -32,3 +33,15 @@ def test_a_malformed_address_is_a_usage_error(capsys):
 def test_ray_refuses_metrics():
     with pytest.raises(ValueError, match="--metrics"):
         plan_of(["m:f", "zsplit://127.0.0.1:7880", "--ray", "2", "--metrics", ":0"])
+
+
+@pytest.mark.parametrize("parser,argv,workers", [
+    (serve.build_parser, ["m:f", "zpush://127.0.0.1:7880"], "workers"),
+    (serve_imagenet.dir_parser, ["zpush://127.0.0.1:7880"], "parallel"),
+])
+def test_no_timing_reaches_tensorcom_serve(parser, argv, workers):
+    """--no-timing: timing=False for tensorcom.serve (its effect: tests/pipeline/test_stage_times_serve.py);
+    without it, tensorcom.serve's default (on unless $TENSORCOM_TIMING=0); Ray actors time nothing."""
+    assert plan_of([*argv, "--no-timing"], parser, workers).options["timing"] is False
+    assert "timing" not in plan_of(argv, parser, workers).options
+    assert "timing" not in plan_of(["m:f", "zsplit://127.0.0.1:7880", "--ray", "2", "--no-timing"]).options
