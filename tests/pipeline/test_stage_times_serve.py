@@ -110,3 +110,16 @@ def test_with_timing_off_the_verdict_rests_on_the_consumers_data_wait():
     assert supervisor.where_time_goes() == {"verdict": "consumers waiting on data (50%): add workers"}
     hub.server.status = [{"data_wait": None}]
     assert supervisor.where_time_goes() == {}
+
+
+def test_workers_auto_times_its_stages_even_with_timing_off(free_port):
+    """The autoscaler reads the processes' idle and busy shares from the stage times: timing=False
+    does not turn them off under workers="auto"."""
+    port = free_port()
+    pipeline = Pipeline(range(12)).map(to_sample).batch(4)
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
+        thread, result = in_thread(pipeline, f"zpush://127.0.0.1:{port}", workers="auto", max_workers=1,
+                                   timing=False, report=None)
+        assert sorted(int(i) for b in conn for i in b["i"]) == list(range(12))
+        thread.join(timeout=30)
+    assert list(result["stats"]["stages"]) == ["read", "to_sample", "batch", "send"]

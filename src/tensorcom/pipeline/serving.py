@@ -248,7 +248,8 @@ def serve(pipeline: Any, urls: Any, *, workers: int | str | None = None, epochs:
     it runs (tensorcom.pipeline.observe; docs/observability.md).
     timing: whether the processes time their stages (default: tensorcom.settings.timing(), on unless
     $TENSORCOM_TIMING=0); off, the reports have no stages and the verdict rests on the consumers'
-    data wait alone (known to a sharing server; the consumers always measure it).
+    data wait alone (known to a sharing server; the consumers always measure it). workers="auto"
+    always times: its autoscaler reads the processes' idle and busy shares from the stage times.
     cache: the directory of the pipeline's `cache(None)` stages (decoded images, tensorcom.pipeline.cache).
     Returns {"batches", "samples", "seconds", ...} when every worker has finished (and, sharing, every
     consumer has everything: "consumers" reports each); raises WorkerError / WorkerDied when one fails,
@@ -294,8 +295,8 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
                          "connecting scheme (zpush, zrpub), with which any number of processes serves any portions")
     options = {"allow64": True, **(connection_options or {}), "linger": linger}
     job = ServeJob(assigned[:plan.portions], plan, options, grouped=not binds, spec=pipeline,
-                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch, timing=timing,
-                   cache=cache)
+                   epochs=None if epochs is None else first_epoch + epochs - plan.epoch,
+                   timing=timing or scaling is not None, cache=cache)  # workers="auto" reads the stage times
     supervisor = Supervisor(report, on_report, hub)
     endpoint = serve_metrics(metrics, supervisor, hub)  # reads the supervisor's figures at each request
     try:
