@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from tensorcom.pipeline._loop import POLL
 from tensorcom.pipeline.processes import Entry, Processes
 from tensorcom.progress import Progress
 from tensorcom.shards.convert import ConvertInput, Manifest, prepare, write_run
@@ -55,13 +56,13 @@ class Claims:
 
 class _Helpers:
     """`count` helpers claiming `tasks` from `counter` (a fresh shared counter), started by a thread
-    once start() is called (Processes.start waits until every child holds the counter); `owner` may be
-    read once `started()`."""
+    (Processes.start waits until every child holds the counter); `owner` is read once `started()`.
+    `results`: how many results were passed to `done`, this process's own included (result())."""
 
-    def __init__(self, count: int, work: Callable[[Any], Any], tasks: Sequence):
+    def __init__(self, count: int, work: Callable[[Any], Any], tasks: Sequence, done: Callable[[Any], None]):
         self.owner = Processes(ROLE, count)
         self.counter = self.owner.ctx.Value("q", 0)
-        self.ended, self.error = 0, None
+        self.done, self.results, self.error = done, 0, None
         self.thread = threading.Thread(target=self._start, args=(Claims(work, tasks, self.counter),),
                                        name="tensorcom-shard-start", daemon=True)
 
@@ -79,23 +80,31 @@ class _Helpers:
             raise self.error
         return not self.thread.is_alive()
 
-    def read(self, done: Callable[[Any], None], timeout: float | None) -> None:
-        """Pass every result there is to `done` (timeout 0), or wait until every helper ended (None)."""
-        while self.ended < self.owner.count:
-            message = self.owner.get(timeout=timeout) if timeout is not None else self.owner.next()
+    def result(self, value: Any) -> None:
+        self.results += 1
+        self.done(value)
+
+    def read(self, until: int | None) -> None:
+        """Pass the helpers' results to `done`: those there are (until None), or until `until` results
+        were passed in all. WorkerError for a helper's failure, WorkerDied for a helper's death."""
+        while until is None or self.results < until:
+            message = self.owner.get(timeout=0) if until is None else self.owner.next()
             if message is None:
                 return
             kind, _, value = message
             if kind == "error":
                 raise value.error(ROLE)
             if kind == "item":
-                done(value)
-            else:
-                self.ended += 1
+                self.result(value)
 
     def close(self) -> None:
-        if self.thread.ident is not None:
-            self.thread.join()  # a start under way ends before the close
+        """Stop the helpers; a start still under way (nothing left for them) is cut short: the children
+        it started are terminated, so that it ends."""
+        while self.thread.is_alive():
+            for proc in list(self.owner.procs):
+                if proc.is_alive():
+                    proc.terminate()
+            self.thread.join(POLL)
         self.owner.close()
 
 
@@ -103,21 +112,23 @@ def run_claimed(work: Callable[[Any], Any], tasks: Sequence, processes: int, *,
                 done: Callable[[Any], None] = lambda result: None) -> None:
     """Run `work(task)` for every task here and in min(processes, len(tasks)) - 1 helpers, calling
     `done(result)` here for each (module docstring); `work` is a picklable module-level callable (or a
-    functools.partial of one), `tasks` picklable."""
+    functools.partial of one), `tasks` picklable. Returns once every task is done: helpers still
+    booting then are stopped, not waited for."""
     count = max(0, min(processes, len(tasks)) - 1)
     if count == 0:
         for task in tasks:
             done(work(task))
         return
-    helpers = _Helpers(count, work, tasks)
+    helpers = _Helpers(count, work, tasks, done)
     try:
         helpers.thread.start()
         while (index := claim(helpers.counter)) < len(tasks):
-            done(work(tasks[index]))
+            helpers.result(work(tasks[index]))
             if helpers.started():
-                helpers.read(done, timeout=0)
-        helpers.started(wait=True)
-        helpers.read(done, timeout=None)
+                helpers.read(until=None)
+        if helpers.results < len(tasks):  # the helpers hold the rest
+            helpers.started(wait=True)
+            helpers.read(until=len(tasks))
     finally:
         helpers.close()
 
