@@ -336,3 +336,17 @@ def test_tensorcom_ray_exports_only_its_api():
 
     assert tensorcom.ray.__all__ == ["Serving", "endpoints", "serve", "serve_dataset", "start"]
     assert all(callable(getattr(tensorcom.ray, name)) for name in tensorcom.ray.__all__)
+
+
+def test_an_actor_that_died_after_the_hub_ended_its_epoch_serves_nothing_again():
+    """The driver can still be waiting on epoch e when the hub's input has ended it (a lagging
+    consumer, the hub ahead): an actor killed then must not serve e again (a whole portion twice)."""
+    from tensorcom.adapters.ray._driver import served_again
+    from tensorcom.transport.index_set import IndexSet
+    from tensorcom.transport.resume import ResumePlan
+
+    before = ResumePlan("s", 2, 0, {(3, 1): IndexSet([[0, 1]])})
+    assert served_again(3, {1: ResumePlan("s", 2, 4)}, before) is None
+    again = served_again(3, {1: ResumePlan("s", 2, 3, {(3, 1): 2})}, before)
+    assert (again.stream, again.portions, again.epoch) == ("s", 2, 3)
+    assert again.taken(3, 1) == IndexSet([[0, 3]])  # what the consumers had, then the hub's 2 next

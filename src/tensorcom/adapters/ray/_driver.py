@@ -279,21 +279,24 @@ class Serving:
             else:  # the lost call's run was done
                 self.runs.message(m.index, ("end", m.index, None))
             return
-        job, resumed, taken, first = self.plan.job, self.plan.resume, {}, epoch
-        for portion in m.portions:
-            plan = self.hub.server.handover(job.stream, portion, job.portions, first_epoch=resumed.epoch,
-                                            retire=[m.senders.get(portion)] if m.senders.get(portion) else [])
-            first = min(first, plan.epoch)
-            for e in range(plan.epoch, epoch + 1):
-                taken[(e, portion)] = after_handover(resumed.taken(e, portion), plan.taken(e, portion))
-        again = ResumePlan(job.stream, job.portions, first, taken)
-        print(f"tensorcom.ray: serving actor {m.index} (pid {m.pid} on {m.node}) died; restarted as pid {pid} on "
-              f"{node}, it serves epochs {first}..{epoch} of portions {m.portions} again, passing "
-              f"over {sum(len(t) for t in taken.values())} batches", file=sys.stderr, flush=True)
+        job = self.plan.job
+        handovers = {portion: self.hub.server.handover(
+            job.stream, portion, job.portions, first_epoch=self.plan.resume.epoch,
+            retire=[m.senders.get(portion)] if m.senders.get(portion) else []) for portion in m.portions}
+        again = served_again(epoch, handovers, self.plan.resume)
         m.incarnation, m.senders, m.pid, m.node = incarnation, senders, pid, node
         self.restarts += 1
         self.runs.revive(m.index)
-        m.run = m.actor.run.remote(first, epoch, again, m.portions)
+        if again is None:  # the hub had ended `epoch` before the actor died: nothing is missing
+            print(f"tensorcom.ray: serving actor {m.index} died after the hub had its epoch {epoch}; restarted as "
+                  f"pid {pid} on {node}, it goes on with the next epoch", file=sys.stderr, flush=True)
+            self.runs.message(m.index, ("end", m.index, None))
+            return
+        print(f"tensorcom.ray: serving actor {m.index} died; restarted as pid {pid} on {node}, it serves epochs "
+              f"{again.epoch}..{epoch} of portions {m.portions} again, passing over "
+              f"{sum(len(again.taken(e, v)) for e in range(again.epoch, epoch + 1) for v in m.portions)} batches",
+              file=sys.stderr, flush=True)
+        m.run = m.actor.run.remote(again.epoch, epoch, again, m.portions)
 
     def _hello_again(self, m: Member) -> tuple:
         """hello() of member m's actor, waiting (up to RESTART_WAIT s) while Ray restarts it."""
@@ -367,6 +370,21 @@ def _rate_line(stats: dict) -> str:
 
 class _Stopped(Exception):
     """close() asked the driver thread to stop."""
+
+
+def served_again(epoch: int, handovers: dict, resumed: ResumePlan) -> ResumePlan | None:
+    """What a restarted actor serves again, given the hub's handover plan of each of its portions
+    ({portion: ResumePlan}) and what the consumers had before this serve (`resumed`): from the hub's
+    input epoch to `epoch`, passing over what either had (after_handover). None when the hub's input
+    is already past `epoch` (the actor died after its last run was whole in the hub: serving that
+    epoch again would repeat it)."""
+    first = min((plan.epoch for plan in handovers.values()), default=epoch + 1)
+    if first > epoch:
+        return None
+    some = next(iter(handovers.values()))
+    taken = {(e, v): after_handover(resumed.taken(e, v), plan.taken(e, v))
+             for v, plan in handovers.items() for e in range(plan.epoch, epoch + 1)}
+    return ResumePlan(some.stream, some.portions, first, taken)
 
 
 def after_handover(resumed: IndexSet, hub: IndexSet) -> IndexSet:
