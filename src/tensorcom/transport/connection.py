@@ -53,14 +53,13 @@ from tensorcom import urls, wire
 from tensorcom.checks import renamed_option
 from tensorcom.errors import TransportError
 from tensorcom.transport import _sockets as sockets
+from tensorcom.transport._connection_views import SHARING_ENDS, ConnectionViews
 from tensorcom.transport.batches import prepare_batch
 from tensorcom.transport.ends import (EPOCH_END, Intake, JoinerEnd, PlainReceiver, PlainSender, SharingServerEnd,
                                       SocketSecurity, url_of)
 from tensorcom.transport.options import DEFAULT_HWM, Decoding, Encoding, PassOptions, SharingOptions, SocketOptions
-from tensorcom.transport.resume import save_state
 from tensorcom.transport.stats import Statistics
 
-SHARING_ENDS = (SharingServerEnd, JoinerEnd)
 # The ends of the open Connections of this process, by id. A Connection dropped inside a reference cycle
 # is finalized with everything only it reaches, in no set order; held here, its end and sockets stay
 # reachable, so its __del__ closes them (monitors first) before pyzmq could finalize one unclosed.
@@ -80,7 +79,7 @@ def _option(group: str, name: str) -> property:
     return property(operator.attrgetter(f"{group}.{name}"), doc=f"The `{name}` option ({group}.{name}).")
 
 
-class Connection:
+class Connection(ConnectionViews):
     """Send or receive batches over ZeroMQ URLs; see the module docstring for the epoch rule.
 
     tensorcom 0.1's arguments, in its order: url (str, brace-expanded unless noexpand, or a list),
@@ -398,50 +397,6 @@ class Connection:
     def batchsize(self, batch: Any) -> int:
         """Samples in `batch` (1 when batch_count is False)."""
         return self._intake.samples(batch)
-
-    # ---- sharing ------------------------------------------------------------------------------
-
-    @property
-    def consumers(self) -> list[dict]:
-        """A sharing server's consumers: name, epoch, pos, lag, samples_per_s, credit, free (refreshed
-        about every second); for a consumer (zjoin), the last status an observer received."""
-        return self._end.consumers if isinstance(self._end, SHARING_ENDS) else []
-
-    def consumer_status(self, wait: float = 1.0) -> list[dict]:
-        """A consumer's (zjoin) view of its servers' consumers after reading for `wait` seconds (join
-        with observe=True to watch without taking batches); a server's own `consumers` at once."""
-        if isinstance(self._end, JoinerEnd):
-            return self._end.consumer_status(wait)
-        return self.consumers
-
-    @property
-    def server_report(self) -> dict | None:
-        """An observer's (zjoin, observe=True) last server record: the serving process's report with
-        its status (rates, "stages", "verdict"); None without one."""
-        return self._end.server_report if isinstance(self._end, JoinerEnd) else None
-
-    @property
-    def joined_at(self) -> dict:
-        """A consumer's (epoch, position) where its session with each server started (URL -> pair)."""
-        return self._end.joined_at if isinstance(self._end, JoinerEnd) else {}
-
-    # ---- resume ---------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict:
-        """What this receiver has been handed of each `tensorcom.serve` stream (per stream, epoch and
-        worker: batches, samples, whether the worker ended the epoch) and its completed passes; a
-        JSON-ready dict (layout in tensorcom.transport.resume). `tensorcom.serve(..., resume=STATE)`
-        and `--resume FILE` continue from it."""
-        return self._intake.consumed.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the record of `state` (from state_dict(), e.g. in a restarted training job), so a
-        later state_dict() counts what was consumed before it too. ValueError for a malformed state."""
-        self._intake.load_state_dict(state)
-
-    def save_state(self, path: Any) -> None:
-        """Write state_dict() as JSON to `path` (atomically), for `tensorcom serve --resume FILE`."""
-        save_state(self.state_dict(), path)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.endpoints)} endpoint(s)"
