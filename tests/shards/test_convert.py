@@ -17,7 +17,7 @@ import pytest
 
 from tensorcom import shards
 from tensorcom.errors import WorkerDied, WorkerError
-from tensorcom.pipeline.shard_writing import convert, run_claimed
+from tensorcom.pipeline.shard_writing import Claims, convert, run_claimed
 from tensorcom.shards import TarWriter
 from tensorcom.shards._destinations import Destination
 from tensorcom.shards._tarpack import TarPack
@@ -269,6 +269,15 @@ def test_saved_hugging_face_dataset_keeps_image_bytes(tmp_path):
     samples = list(shards.samples(shard_paths(tmp_path / "out")))
     assert [s["image.png"] for s in samples] == pngs  # the original bytes, not re-encoded
     assert [int(s["label"]) for s in samples] == list(range(6))
+
+
+def test_claims_share_one_counter_each_task_once():
+    import multiprocessing
+
+    counter = multiprocessing.get_context("spawn").Value("q", 0)
+    first, second = (Claims(str.upper, ["a", "b", "c"], counter)(ident) for ident in (0, 1))
+    assert [next(first), next(second), next(first)] == ["A", "B", "C"]
+    assert list(second) == [] and list(first) == [] and counter.value == 5  # each asked once more
 
 
 LISTENER: list[socket.socket] = []  # the test's listening socket, for the work done in the test's process
