@@ -11,7 +11,7 @@ started by a thread, so that this process claims and writes tasks from the start
 A helper runs `Claims(work, tasks, counter)`: it claims tasks until none is left and answers
 ("item", ident, work(task)) for each, then ("end", ident, count). This process calls `done(result)`
 for every task, its own and the helpers' (read with get(timeout=0) between its own tasks, then
-until every helper has said "end"). A helper's exception is a WorkerError naming it and its cause
+until every task's result is in; a helper still booting then is stopped, not waited for). A helper's exception is a WorkerError naming it and its cause
 ("shard writer 0 raised ValueError: ..."), a helper that ended without its last word a WorkerDied;
 either way, and always, the helpers are closed before run_claimed returns or raises.
 """
@@ -33,7 +33,8 @@ ROLE = "shard writer"
 
 
 def claim(counter: Any) -> int:
-    """The next task index of the shared `counter` (a multiprocessing Value), for this process alone."""
+    """The next task index from the shared `counter` (a multiprocessing Value): each index goes to one
+    claimer, whatever process it is in."""
     with counter.get_lock():
         index = counter.value
         counter.value += 1
