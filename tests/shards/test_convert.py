@@ -275,7 +275,7 @@ def test_claims_share_one_counter_each_task_once():
     import multiprocessing
 
     counter = multiprocessing.get_context("spawn").Value("q", 0)
-    first, second = (Claims(str.upper, ["a", "b", "c"], counter)(ident) for ident in (0, 1))
+    first, second = (Claims(str.upper, counter)(["a", "b", "c"]) for _ in range(2))
     assert [next(first), next(second), next(first)] == ["A", "B", "C"]
     assert list(second) == [] and list(first) == [] and counter.value == 5  # each asked once more
 

@@ -305,7 +305,7 @@ def _clear_leftovers(directory: str, shards: list[Shard]) -> None:
             os.remove(leftover)
 
 
-def _check(pattern: str, format: str, processes: int) -> None:
+def check_options(pattern: str, format: str, processes: int) -> None:
     """ValueError for an unknown format, processes < 1, or a pattern without one %-format for the number."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
@@ -346,7 +346,7 @@ def prepare(source: ConvertInput, pattern: str, *, maxcount: int = 10000, maxsiz
     keep the finished shards (Manifest.kept), remove leftover temporary files, write the manifest; returns
     the Manifest and the tasks (runs of the shards still to write, for `processes` processes).
     ValueError for bad options and for a resume the manifest refuses."""
-    _check(pattern, format, processes)
+    check_options(pattern, format, processes)
     directory = os.path.dirname(pattern) or "."
     os.makedirs(directory, exist_ok=True)
     manifest = plan(source, pattern, maxcount, maxsize, format)
