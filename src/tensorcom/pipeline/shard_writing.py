@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -66,28 +67,31 @@ class Helpers:
         self.owner = Processes(ROLE, count)
         self.counter, self.jobs = self.owner.ctx.Value("q", 0), self.owner.ctx.Queue()
         self.work, self.done, self.results, self.error = work, None, 0, None
-        self.thread = threading.Thread(target=self._start, name="tensorcom-shard-start", daemon=True)
+        self.thread: threading.Thread | None = None
 
-    def _start(self) -> None:
+    def _start(self, sent: Callable[[Any], Any]) -> None:
         try:
-            self.owner.start(Entry(Claims(self.work, self.counter), inbox=self.jobs, first=None),
+            self.owner.start(Entry(Claims(sent, self.counter), inbox=self.jobs, first=None),
                              shared=[self.counter, self.jobs], name="tensorcom-shard")
         except BaseException as exc:  # raised in the caller's thread by started()
             self.error = exc
 
     def start(self) -> Helpers:
         """Start the helpers (by a thread: Processes.start waits until every child holds the counter)."""
-        if self.owner.count:
+        if self.owner.count:  # the helpers' `work` is copied here: the caller may change its own meanwhile
+            sent = pickle.loads(pickle.dumps(self.work))
+            self.thread = threading.Thread(target=self._start, args=(sent,), name="tensorcom-shard-start",
+                                           daemon=True)
             self.thread.start()
         return self
 
     def started(self, wait: bool = False) -> bool:
         """Whether the helpers are started (waiting for that with `wait`); their start's error raised."""
-        if wait and self.thread.ident is not None:
+        if wait and self.thread is not None:
             self.thread.join()
         if self.error is not None:
             raise self.error
-        return not self.thread.is_alive()
+        return self.thread is not None and not self.thread.is_alive()
 
     def run(self, tasks: Sequence, *, done: Callable[[Any], None] = lambda result: None) -> None:
         """`work(task)` for every task here and in the helpers, `done(result)` here for each; returns once
@@ -98,7 +102,7 @@ class Helpers:
                 self.jobs.put(job)
         while (index := claim(self.counter)) < len(tasks):
             self.result(self.work(tasks[index]))
-            if self.owner.count and self.started():
+            if self.started():
                 self.read(until=None)
         if self.results < len(tasks):  # the helpers hold the rest
             self.started(wait=True)
@@ -124,7 +128,7 @@ class Helpers:
     def close(self) -> None:
         """Stop the helpers; a start still under way (nothing left for them) is cut short: the children
         it started are terminated, so that it ends. What they did not read of the queue is dropped."""
-        while self.thread.is_alive():
+        while self.thread is not None and self.thread.is_alive():
             for proc in list(self.owner.procs):
                 if proc.is_alive():
                     proc.terminate()
