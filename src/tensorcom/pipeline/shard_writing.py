@@ -21,6 +21,7 @@ the helpers are closed before run() returns or raises.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -45,6 +46,15 @@ def claim(counter: Any) -> int:
     return index
 
 
+class _Counter:
+    """The shared counter's interface, for this process alone (no helper)."""
+
+    value = 0
+
+    def get_lock(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+
 @dataclass(frozen=True)
 class Claims:
     """A helper's work (Entry.work; its payload is the job's task list): `work(task)` for each task it
@@ -64,8 +74,10 @@ class Helpers:
     through a queue (one job each, then None)."""
 
     def __init__(self, count: int, work: Callable[[Any], Any]):
-        self.owner = Processes(ROLE, count)
-        self.counter, self.jobs = self.owner.ctx.Value("q", 0), self.owner.ctx.Queue()
+        self.owner, self.counter, self.jobs = None, _Counter(), None  # no helper: nothing shared
+        if count > 0:
+            self.owner = Processes(ROLE, count)
+            self.counter, self.jobs = self.owner.ctx.Value("q", 0), self.owner.ctx.Queue()
         self.work, self.done, self.results, self.error = work, None, 0, None
         self.thread: threading.Thread | None = None
 
@@ -78,7 +90,7 @@ class Helpers:
 
     def start(self) -> Helpers:
         """Start the helpers (by a thread: Processes.start waits until every child holds the counter)."""
-        if self.owner.count:  # the helpers' `work` is copied here: the caller may change its own meanwhile
+        if self.owner is not None:  # the helpers' `work` is copied here: the caller may change its own meanwhile
             sent = pickle.loads(pickle.dumps(self.work))
             self.thread = threading.Thread(target=self._start, args=(sent,), name="tensorcom-shard-start",
                                            daemon=True)
@@ -97,7 +109,7 @@ class Helpers:
         """`work(task)` for every task here and in the helpers, `done(result)` here for each; returns once
         every task is done (module docstring)."""
         self.done = done
-        if self.owner.count and len(tasks) > 1:
+        if self.owner is not None and len(tasks) > 1:
             for job in [(0, None, tasks)] * self.owner.count + [None] * self.owner.count:
                 self.jobs.put(job)
         while (index := claim(self.counter)) < len(tasks):
@@ -133,9 +145,10 @@ class Helpers:
                 if proc.is_alive():
                     proc.terminate()
             self.thread.join(POLL)
-        self.owner.close()
-        self.jobs.cancel_join_thread()
-        self.jobs.close()
+        if self.owner is not None:
+            self.owner.close()
+            self.jobs.cancel_join_thread()
+            self.jobs.close()
 
     def __enter__(self) -> Helpers:
         return self.start()
