@@ -56,11 +56,11 @@ def test_torch_tensors_count_rows():
 
 def test_every_counter_uses_the_one_implementation():
     from tensorcom import zcom
-    from tensorcom.pipeline import serving
+    from tensorcom.pipeline import portion_sending
     from tensorcom.transport.ends import intake, plain_sender
     from tensorcom.transport.sharing import _input
 
-    for module in (zcom, serving, intake, plain_sender, _input):
+    for module in (zcom, portion_sending, intake, plain_sender, _input):
         assert module.batch_size is batches.batch_size, module.__name__
 
 

@@ -29,6 +29,7 @@ from tensorcom.pipeline._sliced import Sliced
 from tensorcom.pipeline.function_source import FunctionSource
 from tensorcom.pipeline.hf_sources import HFIterableSource, HFIterating, HFRows, HFSource
 from tensorcom.pipeline.table_sources import ArrowSource, ParquetSource, TableSource
+from tensorcom.pipeline.stage_times import StageClock
 from tensorcom.pipeline.stages import Batched, Filtered, Mapped, Repeated, Unbatched
 
 N = 23
@@ -141,6 +142,7 @@ REGISTRY = {
     "Mixed/resample": lambda data: iter(Pipeline.mix([range(5), range(50, 60)], [1, 1], on_end="resample").take(30)),
     # stages
     "Mapped": lambda data: Mapped(items(), jitter, (1, 0, 0, 3)),
+    "Timed": lambda data: StageClock().timed(Mapped(items(), jitter, (1, 0, 0, 3)), "jitter"),
     "Filtered": lambda data: Filtered(ints(), odd),
     "Sliced/take": lambda data: iter(Pipeline(range(N)).take(9)),
     "Batched": lambda data: Batched(ints(), 4),

@@ -145,10 +145,3 @@ def test_command_line_refuses_bad_auto_bounds_in_one_line(capsys, more, message)
     with pytest.raises(SystemExit) as info:
         cli.main([f"{__file__}:small_pipeline", "zpush://127.0.0.1:9", *more])
     assert info.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
-
-
-def test_ray_refuses_auto_workers_clearly():
-    from tensorcom.adapters import ray
-
-    with pytest.raises(ValueError, match="not supported yet"):
-        ray.serve(Shuffled(), "zsplit://127.0.0.1:9", workers="auto")
