@@ -188,7 +188,8 @@ def test_save_restore_gives_the_remaining_sequence(data, name):
     make = lambda: REGISTRY[name](data)
     full = [plain(x) for x in make()]
     assert len(full) > 3, name
-    for stop in STOPS + (len(full) - 1, len(full)):
+    stops = STOPS if not name.endswith("/processes") else STOPS[::2]  # each restore spawns the processes anew
+    for stop in stops + (len(full) - 1, len(full)):
         head, tail = run_in_two(make, stop)
         assert head + tail == full, (name, stop)
 

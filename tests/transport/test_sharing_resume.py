@@ -6,7 +6,6 @@ worker, and the consumers: tests/transport/resume_peer.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
@@ -18,7 +17,6 @@ from resume_peer import SAMPLES, make_pipeline  # tests/transport/resume_peer.py
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 
 PEER = str(Path(__file__).with_name("resume_peer.py"))
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 EPOCHS = 2
 PORTIONS = 2
 
@@ -76,8 +74,7 @@ class Search:
         return out
 
 
-@pytest.mark.parametrize("replay, ray", [(64, False), (2, False), pytest.param(2, True, marks=needs_ray)],
-                         ids=["within-replay", "beyond-replay", "beyond-replay-ray-actors"])
+@pytest.mark.parametrize("replay, ray", [(64, False), (2, False)], ids=["within-replay", "beyond-replay"])
 def test_a_restarted_job_gets_exactly_the_rest_of_its_epoch(popen, tmp_path, free_port, replay, ray):
     search = Search(popen, tmp_path, free_port(), replay, "zshare", hold=25, ray=ray)
     victim, out = search.job("x", "--die-after", "7")
@@ -104,3 +101,24 @@ def test_a_restarted_zsplit_rank_keeps_the_job_union_every_sample_once(popen, tm
     for p in range(EPOCHS):  # what the job trained on, from its checkpoint on: each sample once
         got = sorted(i for r in job if r["pass"] == p for i in r["ids"])
         assert got == list(range(SAMPLES)), f"pass {p}: missing {set(range(SAMPLES)) - set(got)}"
+
+
+def test_a_ray_served_pipeline_has_the_catch_up_worker_a_dataset_cannot_have():
+    """tensorcom.ray's driver gives its hub the catch-up worker for actors serving a pipeline (the
+    same worker as tensorcom.serve's, tested above with a real job), none for Ray Data feeds."""
+    pytest.importorskip("ray")
+    from tensorcom.adapters.ray import attach_catch_up_of
+    from tensorcom.adapters.ray._actors import DatasetFeed, PipelineFeed
+    from tensorcom.pipeline.catch_up import CatchUpWorker
+
+    class Hub:  # what attach_catch_up reads and sets: the server's catch-up input, the hook
+        def __init__(self):
+            self.catch_up, self.server = None, type("Server", (), {"catch_up_address": "ipc:///nowhere"})()
+
+    served, dataset = Hub(), Hub()
+    attach_catch_up_of(served, [PipelineFeed(f"{PEER}:make_pipeline")] * 2)
+    attach_catch_up_of(dataset, [DatasetFeed(None, 2, {})])
+    assert isinstance(served.catch_up, CatchUpWorker) and served.server.catch_up is served.catch_up
+    assert [len(batch["id"]) for batch in served.catch_up.make().shard(0, 2)] == [2] * (SAMPLES // 4)
+    assert dataset.catch_up is None
+
