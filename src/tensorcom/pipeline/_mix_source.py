@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tensorcom.pipeline._chain import build_chain, chain_length
 from tensorcom.pipeline._node import Node, State
-from tensorcom.pipeline.hf_sources import hf_source
+from tensorcom.pipeline.hf_sources import as_source
 from tensorcom.pipeline.mix import Key, MixCursor, MixPlan, checked_weights, member_seed, stop_length
-from tensorcom.pipeline.sources import IterableSource, Source
+from tensorcom.pipeline.sources import Source
 from tensorcom.checks import non_negative
 
 
@@ -37,9 +37,7 @@ def _member(value: Any) -> Any:
     """A Source or Pipeline as given (a ShardDataset as its Pipeline); anything else as Pipeline(value)
     takes it: a Hugging Face dataset as its source (pipeline.hf_sources), an iterable as an IterableSource."""
     inner = value.as_pipeline() if hasattr(value, "as_pipeline") else value
-    if isinstance(inner, Source) or _is_pipeline(inner):
-        return inner
-    return hf_source(inner) or IterableSource(inner)
+    return inner if _is_pipeline(inner) else as_source(inner)
 
 
 class Mix(Source):

@@ -54,8 +54,8 @@ from tensorcom.pipeline._mix_source import Mix
 from tensorcom.pipeline._node import Node
 from tensorcom.pipeline._sliced import slice_bounds
 from tensorcom.pipeline.autoscale import Elastic
-from tensorcom.pipeline.hf_sources import hf_source
-from tensorcom.pipeline.sources import IterableSource, Source
+from tensorcom.pipeline.hf_sources import as_source
+from tensorcom.pipeline.sources import Source
 from tensorcom.pipeline.workers import WorkerPool, check_picklable
 from tensorcom.checks import check_options
 from tensorcom.checks import non_negative as _non_negative
@@ -113,7 +113,7 @@ class Pipeline:
             self.seed = inner.seed if seed is None else _non_negative("seed", seed)
             return
         self.seed = 0 if seed is None else _non_negative("seed", seed)
-        self.source: Source = source if isinstance(source, Source) else hf_source(source) or IterableSource(source)
+        self.source: Source = as_source(source)
         self.steps: tuple[Step, ...] = ()
         self.epoch = 0
         self.worker = 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensorcom.pipeline._node import Indexed, Node, State
-from tensorcom.pipeline.sources import Source, portion_length, portion_order
+from tensorcom.pipeline.sources import IterableSource, Source, portion_length, portion_order
 from tensorcom.shards.shardlist import node_and_world, split_index
 
 
@@ -36,6 +36,12 @@ def _kind(obj: Any) -> str | None:
                                                                                "DatasetDict", "IterableDatasetDict"):
             return cls.__name__
     return None
+
+
+def as_source(obj: Any) -> Source:
+    """`obj` as a pipeline takes its source: a Source as it is, a Hugging Face dataset as its source
+    (hf_source), any other iterable as an IterableSource."""
+    return obj if isinstance(obj, Source) else hf_source(obj) or IterableSource(obj)
 
 
 def hf_source(obj: Any, **options: Any) -> Source | None:
