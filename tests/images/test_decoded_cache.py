@@ -1,4 +1,4 @@
-"""Pipeline.cache (tensorcom.pipeline.cache and _cache_store): decoded images stored once in
+"""Pipeline.cache (tensorcom.images.decoded_cache, tensorcom.pipeline.cache and _cache_store): decoded images stored once in
 memory-mapped `.ten` files, read in later epochs; keys, the size bound, crash safety, exactness."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from tensorcom.images.folder import ImageFolderSource
 from tensorcom.images.imagenet import Augment, collate_pair
 from tensorcom.pipeline import Pipeline
 from tensorcom.pipeline._cache_store import EntryStore, entry_bytes, entry_name, remove_stale_temporaries
-from tensorcom.pipeline.cache import cache_directory, decode_bounded
+from tensorcom.images.decoded_cache import DecodedCache, decode_bounded
+from tensorcom.pipeline.cache import cache_directory
 
 CLASSES, PER_CLASS = 2, 6
 
@@ -86,6 +87,7 @@ def test_max_side_uses_dct_scaling_and_is_its_own_key(tree, tmp_path):
 
 
 def test_max_side_resizes_with_torch_where_it_can_and_the_filter_is_part_of_the_key(tree):
+    """The cache's resize is images.resample's (one implementation), reached from Pipeline.cache."""
     from tensorcom.images.resample import resize_box
 
     data = (tree / "c0" / "0.jpg").read_bytes()
@@ -94,7 +96,8 @@ def test_max_side_resizes_with_torch_where_it_can_and_the_filter_is_part_of_the_
     assert np.array_equal(decode_bounded(data, 20, "torch"), expected)
     source = ImageFolderSource(str(tree), read=False)
     assert cache_directory("c", source, 20, resize="torch") != cache_directory("c", source, 20, resize="pil")
-    assert cached(tree, "c", max_side=20).steps[-1].args["fn"].resize == "torch"  # torch is installed here
+    stage = cached(tree, "c", max_side=20).steps[-1].args["fn"]
+    assert isinstance(stage, DecodedCache) and stage.resize == "torch"  # the images layer's stage; torch is here
 
 
 def test_a_changed_file_is_a_miss_never_a_stale_image(tmp_path):

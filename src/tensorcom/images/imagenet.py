@@ -38,7 +38,7 @@ class Augment:
     normalization to float32 when `normalize`. The transform is built lazily in whichever process runs
     it; with `dedicated` (a process that only serves data) that process's torch is first set to one
     thread (images.init_worker), which enables the fast resize. With a `cache` (a
-    tensorcom.pipeline.cache.DecodedCache) the image is the decoded array it maps from a file (or
+    tensorcom.images.decoded_cache.DecodedCache) the image is the decoded array it maps from a file (or
     decodes and stores), wherever this runs.
     """
 
@@ -139,13 +139,13 @@ def shards_pipeline(urls: str, *, batch_size: int, size: int = 224, shuffle: boo
 
 
 def decoded_cache(source: Any, directory: str | None, max_side: int | None, max_bytes: int | None) -> Any:
-    """The tensorcom.pipeline.cache.DecodedCache of `source`'s images under `directory` (None without
+    """The tensorcom.images.decoded_cache.DecodedCache of `source`'s images under `directory` (None without
     one): Augment then maps each image decoded (shorter side <= max_side) from a file, or decodes and
     stores it (up to max_bytes). The rng draws are those of the pipeline without a cache, and an
     image that was a hit, a miss or did not fit gives the same bits."""
     if directory is None:
         return None
-    from tensorcom.pipeline.cache import decoded_cache as make
+    from tensorcom.images.decoded_cache import decoded_cache as make
 
     return make(source, directory, max_side=max_side, max_bytes=max_bytes)
 
