@@ -56,6 +56,46 @@ def entry_name(key: str) -> str:
     return os.path.join(digest[:2], digest + ".ten")
 
 
+class _Gather:
+    """A write-only stream that keeps what is written to it (buffers, not copies)."""
+
+    def __init__(self):
+        self.parts: list = []
+
+    def write(self, data: Any) -> None:
+        self.parts.append(data)
+
+
+def entry_buffers(array: np.ndarray) -> list:
+    """The `.ten` file of `array` as buffers to write in order (tenbin's framing; the pixels are a
+    view of the array, not a copy)."""
+    gather = _Gather()
+    tenbin.write(gather, [np.ascontiguousarray(array)])
+    return gather.parts
+
+
+def _write_all(fd: int, buffers: list) -> None:
+    """os.writev every byte of `buffers` to `fd` (in as few calls as the kernel takes)."""
+    views = [memoryview(buffer).cast("B") for buffer in buffers]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= views[0].nbytes:
+            written -= views.pop(0).nbytes
+        if views:
+            views[0] = views[0][written:]
+
+
+_writer: tuple[int, str] | None = None  # (pid, "host.pid") of this process, for temporary names
+
+
+def _writer_name() -> str:
+    """"host.pid" of this process (what remove_stale_temporaries reads back from a temporary name)."""
+    global _writer
+    if _writer is None or _writer[0] != os.getpid():
+        _writer = (os.getpid(), f"{socket.gethostname()}.{os.getpid()}")
+    return _writer[1]
+
+
 def entry_bytes(array: np.ndarray) -> int:
     """The size of the `.ten` file of `array` (header chunk + data chunk, each padded to 64 bytes)."""
     header = 16 + 64  # marker, length, [dtype, info, rank, dims...] (rank <= 5) padded to 64
@@ -105,9 +145,10 @@ class EntryStore:
         self.directory, self.max_bytes, self.durable = os.fspath(directory), max_bytes, durable
         self._budget: Budget | None = None
         self._full = False
+        self._folders: set[str] = set()  # the entry folders this process made (or found)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_budget": None, "_full": False}
+        return {**self.__dict__, "_budget": None, "_full": False, "_folders": set()}
 
     def path(self, key: str) -> str:
         return os.path.join(self.directory, entry_name(key))
@@ -119,10 +160,15 @@ class EntryStore:
         """The entry of `key` as a uint8 array over a copy-on-write map of its file, or None when
         there is none or it is not exactly one uint8 array."""
         try:
-            with open(self.path(key), "rb") as stream:
-                mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_COPY)
-        except (FileNotFoundError, ValueError):  # ValueError: an empty file cannot be mapped
+            fd = os.open(self.path(key), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
             return None
+        try:
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+        except ValueError:  # an empty file cannot be mapped
+            return None
+        finally:
+            os.close(fd)
         try:
             arrays = tenbin.decode_buffer(memoryview(mapped))
         except DecodeError:
@@ -138,14 +184,19 @@ class EntryStore:
                 self._full = True
                 return "full"
         final = self.path(key)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        temporary = f"{final}.{socket.gethostname()}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        folder = os.path.dirname(final)
+        if folder not in self._folders:
+            os.makedirs(folder, exist_ok=True)
+            self._folders.add(folder)
+        temporary = f"{final}.{_writer_name()}.{os.urandom(4).hex()}.tmp"
         try:
-            with open(temporary, "xb") as stream:
-                tenbin.write(stream, [np.ascontiguousarray(array)])
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                _write_all(fd, entry_buffers(array))
                 if self.durable:
-                    stream.flush()
-                    os.fsync(stream.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(temporary, final)  # the entry appears whole or not at all
         except BaseException:
             _remove(temporary)
