@@ -286,6 +286,25 @@ def test_transform_outputs(small_jpeg, dtype, layout, shape):
         assert -2.5 < float(train.min()) and float(train.max()) < 2.7
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transforms_write_into_a_batch_row(small_jpeg, backend):
+    """out=: the result is written in place (a batch's row, or a strided view) with the same bits as a new one."""
+    image = images.decode(small_jpeg)
+    for transform in (images.train_transform(48, backend=backend), images.eval_transform(48, 56, backend=backend),
+                      images.train_transform(48, dtype="float32", layout="CHW", backend=backend)):
+        fresh = [transform(image, np.random.default_rng(seed)) for seed in range(4)]
+        batch = np.zeros((4, *fresh[0].shape), fresh[0].dtype)
+        for seed in range(4):
+            assert np.shares_memory(transform(image, np.random.default_rng(seed), out=batch[seed]), batch)
+        np.testing.assert_array_equal(batch, np.stack(fresh))
+    crop = images.RandomResizedCrop(40, backend=backend)
+    wide = np.zeros((40, 50, 3), np.uint8)
+    assert np.shares_memory(crop(image, np.random.default_rng(1), True, out=wide[:, 5:45]), wide)
+    np.testing.assert_array_equal(wide[:, 5:45], crop(image, np.random.default_rng(1), True))
+    with pytest.raises(ValueError, match="into"):
+        crop(image, np.random.default_rng(1), out=np.zeros((40, 41, 3), np.uint8))
+
+
 def test_train_transform_flips_about_half(small_jpeg):
     rng = np.random.default_rng(0)
     transform = images.train_transform(32, scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3))

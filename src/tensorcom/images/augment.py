@@ -54,11 +54,13 @@ def _full_size(image) -> tuple[int, int]:
     raise TypeError(f"expected image bytes or a numpy array, got {type(image).__name__}")
 
 
-def _crop_resize(image, box: Box, out: tuple[int, int], flip: bool, backend: str) -> np.ndarray:
-    """`box` (full-size pixels) of `image` (bytes or array) resized to `out` (w, h), maybe mirrored."""
+def _crop_resize(image, box: Box, out: tuple[int, int], flip: bool, backend: str,
+                 into: np.ndarray | None = None) -> np.ndarray:
+    """`box` (full-size pixels) of `image` (bytes or array) resized to `out` (w, h), maybe mirrored;
+    a new array, or `into` written in place (see resample.resize_box)."""
     needed = min(out[0] / (box[2] - box[0]), out[1] / (box[3] - box[1]))
     arr, inner = _region(image, box, needed)
-    return resize_box(np.ascontiguousarray(arr), inner, out, flip, backend)
+    return resize_box(np.ascontiguousarray(arr), inner, out, flip, backend, into)
 
 
 class RandomResizedCrop:
@@ -110,10 +112,13 @@ class RandomResizedCrop:
         left, top = (width - w) // 2, (height - h) // 2
         return (left, top, left + w, top + h)
 
-    def __call__(self, image, rng: np.random.Generator, flip: bool = False) -> np.ndarray:
-        """Crop + resize `image` (bytes or array); `flip=True` also mirrors it left-right."""
+    def __call__(self, image, rng: np.random.Generator, flip: bool = False,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """Crop + resize `image` (bytes or array); `flip=True` also mirrors it left-right. With `out`
+        (a writable uint8 array of the result's shape, e.g. a batch's row) the result is written
+        there and `out` returned."""
         box = self.box(*_full_size(image), rng)
-        return _crop_resize(image, box, (self.size, self.size), flip, self.backend)
+        return _crop_resize(image, box, (self.size, self.size), flip, self.backend, out)
 
 
 def hflip(image: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
@@ -180,6 +185,17 @@ class _Finish:
     def __call__(self, image: np.ndarray) -> np.ndarray:
         return image if self.identity else normalize(image, dtype=self.dtype, layout=self.layout)
 
+    def into(self, crop, out: np.ndarray | None) -> np.ndarray:
+        """crop(into) finished: straight into `out` when nothing follows the crop (uint8 HWC), else
+        the finished crop copied into `out` (None: a new array)."""
+        if self.identity:
+            return crop(out)
+        result = self(crop(None))
+        if out is None:
+            return result
+        np.copyto(out, result)
+        return out
+
 
 class TrainTransform:
     """RandomResizedCrop + random horizontal flip (+ normalize); see train_transform. Picklable."""
@@ -195,10 +211,11 @@ class TrainTransform:
         return f"TrainTransform({self.crop!r}, flip={self.flip}, dtype={self.finish.dtype}, " \
                f"layout={self.finish.layout!r})"
 
-    def __call__(self, data, rng: np.random.Generator) -> np.ndarray:
-        """(image bytes or array, rng) -> the augmented image."""
+    def __call__(self, data, rng: np.random.Generator, out: np.ndarray | None = None) -> np.ndarray:
+        """(image bytes or array, rng) -> the augmented image; with `out` (an array of its shape and
+        dtype, e.g. a batch's row) written there (uint8 HWC: by the resize itself) and `out` returned."""
         mirror = self.flip and rng.random() < 0.5
-        return self.finish(self.crop(data, rng, flip=mirror))
+        return self.finish.into(lambda into: self.crop(data, rng, mirror, into), out)
 
 
 def train_transform(size: int = 224, *, flip: bool = True, dtype="uint8", layout: str = "HWC",
@@ -207,8 +224,9 @@ def train_transform(size: int = 224, *, flip: bool = True, dtype="uint8", layout
                     ) -> TrainTransform:
     """RandomResizedCrop(size, scale, ratio) + random horizontal flip (+ normalize unless uint8).
 
-    Returns a picklable fn(data: bytes | array, rng) -> (size, size, 3) array of `dtype`
-    (uint8, float32, float16), (3, size, size) with layout="CHW".
+    Returns a picklable fn(data: bytes | array, rng, out=None) -> (size, size, 3) array of `dtype`
+    (uint8, float32, float16), (3, size, size) with layout="CHW"; given `out` (e.g. a row of a
+    preallocated batch) it writes the result there, for uint8 HWC straight from the resize (no copy).
     """
     return TrainTransform(size, flip=flip, dtype=dtype, layout=layout, scale=scale, ratio=ratio,
                           backend=backend)
@@ -238,10 +256,11 @@ class EvalTransform:
         return f"EvalTransform(size={self.size}, resize={self.resize}, dtype={self.finish.dtype}, " \
                f"layout={self.finish.layout!r})"
 
-    def __call__(self, data, rng=None) -> np.ndarray:
-        """(image bytes or array, ignored rng) -> the central crop."""
+    def __call__(self, data, rng=None, out: np.ndarray | None = None) -> np.ndarray:
+        """(image bytes or array, ignored rng) -> the central crop (written into `out` if given)."""
         box = _center_box(*_full_size(data), self.size, self.resize)
-        return self.finish(_crop_resize(data, box, (self.size, self.size), False, self.backend))
+        size = (self.size, self.size)
+        return self.finish.into(lambda into: _crop_resize(data, box, size, False, self.backend, into), out)
 
 
 def eval_transform(size: int = 224, resize: int = 256, *, dtype="uint8", layout: str = "HWC",
@@ -249,6 +268,7 @@ def eval_transform(size: int = 224, resize: int = 256, *, dtype="uint8", layout:
     """Resize the shorter side to `resize`, then take the central size x size (+ normalize).
 
     Done as one resize of the central region, decoded at the smallest DCT scale that covers it.
-    Returns a picklable fn(data: bytes | array, rng=None) -> (size, size, 3) array; `rng` is ignored.
+    Returns a picklable fn(data: bytes | array, rng=None, out=None) -> (size, size, 3) array (written
+    into `out` when given); `rng` is ignored.
     """
     return EvalTransform(size, resize, dtype=dtype, layout=layout, backend=backend)

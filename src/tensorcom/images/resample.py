@@ -9,6 +9,10 @@ intra-op thread: with more, every 0.2 ms call wakes a thread pool, which costs m
     backend="auto"   torch when this process has already imported it and runs it on one thread
                      (as torch's own DataLoader workers do, and as `init_worker()` arranges), else Pillow
 
+The torch path resizes straight into the result's channels-last memory (or into `into=`, say a
+batch's row), a flip through a scratch buffer per thread mirrored into it: one write per pixel, no
+tensor allocated per call.
+
 `init_worker()` is for the first lines of a data-loading worker process: it imports torch (if
 installed) and sets it to one thread, which enables the fast path there; never call it in a
 process that trains, whose torch wants all its threads.
@@ -17,6 +21,8 @@ process that trains, whose torch wants all its threads.
 from __future__ import annotations
 
 import sys
+import threading
+from typing import Any
 
 import numpy as np
 
@@ -48,13 +54,25 @@ def _torch_ready() -> bool:
 
 
 def resize_box(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool = False,
-               backend: str = "auto") -> np.ndarray:
+               backend: str = "auto", into: np.ndarray | None = None) -> np.ndarray:
     """Resize the region `box` (left, top, right, bottom; may be fractional) of an HW or HWC uint8
-    array to `out` = (width, height), optionally mirrored left-right; returns a new uint8 array."""
+    array to `out` = (width, height), optionally mirrored left-right. Returns a new uint8 array, or
+    `into` (a writable uint8 array of the result's shape, e.g. a row of a batch) written in place."""
+    if into is not None and (into.shape[:2] != (out[1], out[0]) or into.dtype != np.uint8):
+        raise ValueError(f"into must be a uint8 array of {out[1]} x {out[0]} pixels, got {into.dtype} {into.shape}")
     if backend == "torch" or (backend == "auto" and _torch_ready()):
         if image.ndim == 3 and image.shape[2] in (3, 4):
-            return _resize_torch(image, box, out, flip)
-    return _resize_pil(image, box, out, flip)
+            direct = into is None or (into.ndim == 3 and into.shape[2] == 3 and into.flags.c_contiguous
+                                      and into.flags.writeable)
+            result = _resize_torch(image, box, out, flip, into if direct else None)
+            return result if direct or into is None else _copy(into, result)
+    result = _resize_pil(image, box, out, flip)
+    return result if into is None else _copy(into, result)
+
+
+def _copy(into: np.ndarray, result: np.ndarray) -> np.ndarray:
+    np.copyto(into, result)
+    return into
 
 
 def _resize_pil(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -> np.ndarray:
@@ -70,37 +88,81 @@ def _resize_pil(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -
     return np.array(im)
 
 
-def _aa_out(tensor, out):
-    """torch's antialiased bilinear kernel writing straight into `out` (an NHWC buffer seen as NCHW),
-    which skips the NCHW -> NHWC copy F.interpolate's result needs; False where this torch lacks it."""
-    import torch
+class _Torch(threading.local):
+    """torch's kernels, looked up once per process: `resize` the antialiased bilinear one that writes
+    into a given NCHW view of an NHWC buffer (None where this torch lacks it, then F.interpolate),
+    `flip` torch.flip writing into a given tensor; and per thread, `scratch` buffers by shape (what
+    a flipped result is resized into before it is mirrored into its destination)."""
 
-    kernel = getattr(getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None), "out", None)
-    if kernel is None:
-        return False
-    try:
-        kernel(tensor, [out.shape[2], out.shape[3]], False, None, None, out=out)
-    except (RuntimeError, TypeError):
-        return False
-    return True
+    resize: Any = None
+    flip: Any = None
+    found = False
+
+    def __init__(self):
+        self.scratch: dict[tuple[int, int], Any] = {}
+
+    @classmethod
+    def find(cls) -> None:
+        import torch
+
+        aa = getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None)
+        flip = getattr(torch.ops.aten, "flip", None)
+        cls.resize, cls.flip = getattr(aa, "out", None), getattr(flip, "out", None)
+        cls.found = True
+
+    def buffer(self, shape: tuple[int, int]):
+        import torch
+
+        scratch = self.scratch.get(shape)
+        if scratch is None:
+            scratch = self.scratch[shape] = torch.empty((*shape, 3), dtype=torch.uint8)
+        return scratch
 
 
-def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -> np.ndarray:
-    """torch: crop to the box rounded to whole pixels, then interpolate channels-last uint8 into an
-    (h, w, 3) result (mirrored by a flip along its width)."""
-    import torch
+_torch = _Torch()
+
+
+def _interpolate(source, target) -> None:
+    """Resize NCHW uint8 `source` into `target` (h, w, 3), antialiased bilinear: the kernel that writes
+    straight into the NHWC buffer (no NCHW result to copy), else F.interpolate and a copy."""
+    size = [target.shape[0], target.shape[1]]
+    if _torch.resize is not None:
+        try:
+            _torch.resize(source, size, False, None, None, out=target.unsqueeze(0).permute(0, 3, 1, 2))
+            return
+        except (RuntimeError, TypeError):
+            type(_torch).resize = None
     import torch.nn.functional as F
 
+    scaled = F.interpolate(source, size=size, mode="bilinear", antialias=True, align_corners=False)
+    target.copy_(scaled[0].permute(1, 2, 0))
+
+
+def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool,
+                  into: np.ndarray | None) -> np.ndarray:
+    """torch: crop to the box rounded to whole pixels (a view), then interpolate channels-last uint8
+    into the (h, w, 3) result or `into` (C-contiguous, writable); a flip resizes into a per-thread scratch buffer first and
+    mirrors it into the result (one write each, no tensor allocated per call). No autograd is
+    recorded: uint8 tensors never require grad."""
+    import torch
+
+    if not _torch.found:
+        _Torch.find()
     h, w = image.shape[:2]
     left, top = min(max(0, round(box[0])), w - 1), min(max(0, round(box[1])), h - 1)
     right, bottom = max(left + 1, min(w, round(box[2]))), max(top + 1, min(h, round(box[3])))
-    tensor = torch.from_numpy(image[top:bottom, left:right, :3]).permute(2, 0, 1).unsqueeze(0)  # NCHW view
-    result = torch.empty((1, out[1], out[0], 3), dtype=torch.uint8)
-    with torch.inference_mode():
-        if not _aa_out(tensor, result.permute(0, 3, 1, 2)):
-            scaled = F.interpolate(tensor, size=(out[1], out[0]), mode="bilinear", antialias=True,
-                                   align_corners=False)
-            result = scaled.permute(0, 2, 3, 1).contiguous()
-        if flip:
-            result = result.flip(2)
-    return result[0].numpy()
+    source = torch.from_numpy(image[top:bottom, left:right, :3]).permute(2, 0, 1).unsqueeze(0)  # NCHW view
+    if into is None:
+        into = np.empty((out[1], out[0], 3), np.uint8)
+    result = torch.from_numpy(into)
+    if not flip:
+        _interpolate(source, result)
+    elif _torch.flip is not None:
+        scratch = _torch.buffer((out[1], out[0]))
+        _interpolate(source, scratch)
+        _torch.flip(scratch, [1], out=result)
+    else:
+        scratch = _torch.buffer((out[1], out[0]))
+        _interpolate(source, scratch)
+        result.copy_(scratch.flip(1))
+    return into
