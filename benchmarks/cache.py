@@ -16,7 +16,13 @@ later epochs (c)/(a) >= 5 and (c)/(b) >= 3), the CPU per image of each against t
 crop + resize + flip on images already decoded in memory, one thread), and the cache's bytes per image
 at max_side 256, 320 and full size with what ImageNet's 1.28 M training images would need.
 
+--components measures instead, in this one process (no workers, so nothing else's CPU counts), where
+a first epoch through the cache spends its CPU against the uncached path: each path and each of its
+parts on the same images, in interleaved rounds (median CPU-ms per image), and the ratio uncached /
+miss that bounds the first epoch's CPU ratio.
+
     ./run bench benchmarks/cache.py --quick
+    .venv/bin/python benchmarks/cache.py --components      # ~30 s
 """
 
 from __future__ import annotations
@@ -111,6 +117,57 @@ def bytes_per_image(root: Path, base: str, count: int) -> list[tuple[str, float]
     return result
 
 
+def components(root: Path, count: int = 100, rounds: int = 7) -> dict[str, float]:
+    """Median CPU-ms per image of the uncached augmentation, the cache's miss and hit, and their parts,
+    on `count` images, each round on fresh images and a fresh cache directory."""
+    from tensorcom import imagecodec
+    from tensorcom.images import init_worker, train_transform
+    from tensorcom.images.augment import RandomResizedCrop
+    from tensorcom.images.decoded_cache import decode_bounded, decoded_cache
+    from tensorcom.images.folder import ImageFolderSource
+    from tensorcom.images.imagenet import Augment
+    from tensorcom.pipeline.cache import EntryStore
+
+    init_worker()
+    source = ImageFolderSource(str(root / "train"), read=False)
+    items, rng, transform = source.items(), np.random.default_rng(0), train_transform(SIZE)
+    times: dict[str, list[float]] = {}
+    for number in range(rounds):
+        base = tempfile.mkdtemp(prefix="tensorcom-cache-parts-")
+        samples = [{"__key__": os.path.basename(path), "__path__": path, "cls": label}
+                   for path, label in items[number * count:(number + 1) * count]]
+        datas = [Path(sample["__path__"]).read_bytes() for sample in samples]
+        boxes = [RandomResizedCrop(SIZE).box(*imagecodec.image_size(data), rng) for data in datas]
+        arrays = [decode_bounded(data, None) for data in datas[:1]] * count
+        cached, store = Augment(SIZE, dedicated=True, cache=decoded_cache(source, base)), EntryStore(f"{base}/parts")
+        parts = {
+            "uncached: Augment (read, region decode, crop + resize + flip)": lambda: [plain(s, rng) for s in samples],
+            "  read the file": lambda: [Path(s["__path__"]).read_bytes() for s in samples],
+            "  region decode (imagecodec.open_region)": lambda: [
+                imagecodec.open_region(d, b, min(SIZE / (b[2] - b[0]), SIZE / (b[3] - b[1]))) for d, b in zip(datas, boxes)],
+            "miss: Augment(cache=) (read, decode, store, crop + resize + flip)": lambda: [cached(s, rng) for s in samples],
+            "  full decode (decode_bounded)": lambda: arrays.__setitem__(slice(None), [decode_bounded(d, None) for d in datas]),
+            "  store the entry (EntryStore.save)": lambda: [store.save(s["__key__"], a) for s, a in zip(samples, arrays)],
+            "  crop + resize + flip of the array": lambda: [transform(a, rng) for a in arrays],
+            "hit: Augment(cache=) (map the entry, crop + resize + flip)": lambda: [cached(s, rng) for s in samples],
+        }
+        plain = Augment(SIZE, dedicated=True)
+        for name, part in parts.items():
+            start = time.process_time()
+            part()
+            times.setdefault(name, []).append(1000 * (time.process_time() - start) / count)
+        shutil.rmtree(base, ignore_errors=True)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def report_components(parts: dict[str, float]) -> None:
+    print("\n| part | CPU-ms per image (median of rounds) |\n|---|---:|")
+    for name, value in parts.items():
+        print(f"| {name} | {value:.3f} |")
+    uncached, miss = (next(v for k, v in parts.items() if k.startswith(w)) for w in ("uncached", "miss"))
+    print(f"\nuncached / miss = {uncached / miss:.2f} (the first epoch's CPU ratio, without collation and transfer)")
+
+
 def report(rows: list[dict], floor: float, sizes: list[tuple[str, float]]) -> None:
     """The markdown tables and the ratios against the targets."""
     print("\n| setup | epoch | img/s (from the end of the previous epoch) | CPU-ms per image | cores busy |")
@@ -141,10 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=3000, help="images in the folder (default 3000, as pipeline.py)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per setup (default 5, quick 3)")
     parser.add_argument("--cache-dir", default=None, help="where the caches go (default: a temporary directory)")
+    parser.add_argument("--components", action="store_true", help="the CPU of each part of a miss, in one process")
     args = parser.parse_args(argv)
     count = args.images
     epochs = args.epochs or (3 if args.quick else 5)
     root = make_dataset(count)
+    if args.components:
+        report_components(components(root))
+        return 0
     base = tempfile.mkdtemp(prefix="tensorcom-cache-bench-", dir=args.cache_dir)
     print(f"{count} JPEGs of 500x375 in {root}; RandomResizedCrop({SIZE}) + flip, batch {BATCH}, uint8, "
           f"2 worker processes, {epochs} epochs; {os.cpu_count()} CPUs; caches in {base}", flush=True)

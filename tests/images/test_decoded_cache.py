@@ -11,11 +11,18 @@ import textwrap
 import numpy as np
 import pytest
 
+from tensorcom import tenbin
+from tensorcom.images.decoded_cache import DecodedCache, decode_bounded
 from tensorcom.images.folder import ImageFolderSource
 from tensorcom.images.imagenet import Augment, collate_pair
 from tensorcom.pipeline import Pipeline
-from tensorcom.pipeline._cache_store import EntryStore, entry_bytes, entry_name, remove_stale_temporaries
-from tensorcom.images.decoded_cache import DecodedCache, decode_bounded
+from tensorcom.pipeline._cache_store import (
+    EntryStore,
+    entry_buffers,
+    entry_bytes,
+    entry_name,
+    remove_stale_temporaries,
+)
 from tensorcom.pipeline.cache import cache_directory
 
 CLASSES, PER_CLASS = 2, 6
@@ -53,6 +60,9 @@ def test_store_round_trip_is_a_writable_view_of_the_file(tmp_path):
     assert store.load("k") is None and not store.has("k")
     assert store.save("k", image) == "stored"
     assert os.path.getsize(tmp_path / entry_name("k")) == entry_bytes(image)
+    buffers = entry_buffers(image)  # what save writes: tenbin's bytes, the pixels a view of the array
+    assert b"".join(map(bytes, buffers)) == bytes(tenbin.encode_buffer([image]))
+    assert any(np.shares_memory(np.frombuffer(buffer, np.uint8), image) for buffer in buffers if len(buffer))
     loaded = store.load("k")
     assert np.array_equal(loaded, image) and not loaded.flags.owndata and loaded.flags.writeable
     loaded[0, 0, 0] = 255  # copy-on-write: the file keeps its bytes
@@ -234,15 +244,16 @@ def test_decoded_images_are_writable_whether_stored_or_not(tree):
 
 
 def test_the_servers_pipeline_gives_the_same_bits_from_the_cache_or_not(tree, tmp_path):
-    """dir_pipeline(cache=) with 2 worker processes: cold, warm, and with nothing stored give the same
-    batches, with the labels (order) and random draws of the pipeline without a cache."""
+    """dir_pipeline(cache=) with 2 worker processes, cold and warm, and inline with nothing stored give
+    the same batches, with the labels (order) and random draws of the pipeline without a cache (whose
+    batches do not depend on `workers`: the inline runs spare two process starts)."""
     from tensorcom.images.imagenet import dir_pipeline
 
-    def run(**cache):
-        return list(dir_pipeline(str(tree), batch_size=4, size=16, workers=2, seed=5, **cache))
+    def run(workers=2, **cache):
+        return list(dir_pipeline(str(tree), batch_size=4, size=16, workers=workers, seed=5, **cache))
 
     cold, warm = run(cache=str(tmp_path)), run(cache=str(tmp_path))
-    unstored, plain = run(cache=str(tmp_path / "none"), cache_max_bytes=0), run()
+    unstored, plain = run(0, cache=str(tmp_path / "none"), cache_max_bytes=0), run(0)
     assert len(entries_of(tmp_path)) == 12 and not entries_of(tmp_path / "none")
     assert len(cold) == len(warm) == len(unstored) == len(plain) >= 3
     for a, b, c, d in zip(cold, warm, unstored, plain):
