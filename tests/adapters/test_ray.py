@@ -1,4 +1,5 @@
-"""tensorcom.ray on a local Ray instance (ray.init(num_cpus=2), started once for the module): two
+"""tensorcom.ray on a local Ray instance (ray.init(num_cpus=2), ray_instance: one per pytest process,
+shared with test_ray_reconnect.py, tests/adapters/conftest.py): two
 actors deliver one epoch exactly; an actor killed mid-epoch is restarted and the epoch still arrives
 whole with no duplicate; a pipeline that raises ends the serve with WorkerError; a Ray Data dataset
 reaches a plain consumer; no actor outlives its serve; workers="auto" grows from one actor to two at
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.net, pytest.mark.procs]
+pytestmark = [pytest.mark.net, pytest.mark.procs, pytest.mark.xdist_group("ray")]  # one worker, one instance
 
 SAMPLES = 240  # sample ids 0..239 per epoch
 BATCH = 4
@@ -50,14 +51,6 @@ def make_broken():
     return Pipeline(list(range(SAMPLES)), seed=0).map(broken_id).batch(BATCH)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray instance with 2 CPUs on 127.0.0.1, shut down after the module's tests."""
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -85,7 +78,7 @@ def consume(url: str, ids: list, during=None) -> None:
                 during(len(ids) // BATCH)
 
 
-def test_two_actors_deliver_one_epoch_exactly(cluster, free_port):
+def test_two_actors_deliver_one_epoch_exactly(ray_instance, free_port):
     from tensorcom.adapters import ray as tray
 
     url = f"zsplit://127.0.0.1:{free_port()}"
@@ -103,7 +96,7 @@ def test_two_actors_deliver_one_epoch_exactly(cluster, free_port):
     assert ray.util.list_named_actors(all_namespaces=True) == []
 
 
-def test_actors_killed_mid_epoch_are_restarted_and_nothing_is_lost_or_repeated(cluster, free_port):
+def test_actors_killed_mid_epoch_are_restarted_and_nothing_is_lost_or_repeated(ray_instance, free_port):
     from tensorcom.adapters import ray as tray
 
     url = f"zsplit://127.0.0.1:{free_port()}"
@@ -131,7 +124,7 @@ def test_actors_killed_mid_epoch_are_restarted_and_nothing_is_lost_or_repeated(c
     assert wait_gone(pids + killed) == []
 
 
-def test_a_killed_driver_takes_its_actors_along(cluster, free_port, popen):
+def test_a_killed_driver_takes_its_actors_along(ray_instance, free_port, popen):
     """`tensorcom serve --ray 2 --address CLUSTER` (a subprocess) starts its actors, then is killed
     before any consumer joined: Ray kills the actors of a dead owner."""
     import re
@@ -156,7 +149,7 @@ def test_a_killed_driver_takes_its_actors_along(cluster, free_port, popen):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own
-def test_a_ray_dataset_reaches_a_plain_consumer(cluster, free_port):
+def test_a_ray_dataset_reaches_a_plain_consumer(ray_instance, free_port):
     from tensorcom.adapters import ray as tray
 
     pytest.importorskip("ray.data", reason="Ray Data needs ray[data] (pandas, pyarrow)")
@@ -171,7 +164,7 @@ def test_a_ray_dataset_reaches_a_plain_consumer(cluster, free_port):
     assert sorted(ids) == [2 * i for i in range(100)] and result["samples"] == 100
 
 
-def test_an_actor_whose_pipeline_raises_ends_the_serve_with_worker_error(cluster, free_port):
+def test_an_actor_whose_pipeline_raises_ends_the_serve_with_worker_error(ray_instance, free_port):
     """A bug in the augmentation: serve() raises WorkerError naming the actor and the pipeline's own
     error, and no actor is left behind."""
     from tensorcom.adapters import ray as tray
@@ -263,7 +256,7 @@ class OneMore:
         self.targets.append(target)
 
 
-def test_auto_actors_grow_at_an_epoch_boundary_without_loss_or_reorder(cluster, free_port):
+def test_auto_actors_grow_at_an_epoch_boundary_without_loss_or_reorder(ray_instance, free_port):
     """workers="auto", min 1, max 2 (V = 2): one actor serves epoch 0, the scaler asks for two, two
     serve epoch 1, portions re-dealt v % 2 == i; the consumer gets each epoch once, each portion in
     its order (batches depend on seed, epoch and V only)."""
@@ -292,6 +285,81 @@ def test_auto_actors_grow_at_an_epoch_boundary_without_loss_or_reorder(cluster, 
         for order in orders:
             assert [b for b in got if b in order] == order, f"epoch {epoch}: each portion in its order"
     assert wait_gone(pids) == []
+
+
+IMAGES = 16  # the cache test's images: 16 PNGs of 8x10, keys "00".."15"
+OUTCOMES = ("none", "stored", "hit", "full")  # a sample's "__cache__" as a number ("none": no cache stage)
+
+
+def image_samples() -> list[dict]:
+    """The images as samples ({"__key__", "png": bytes}), the same bytes in every process."""
+    import io
+
+    from PIL import Image
+
+    samples = []
+    for i in range(IMAGES):
+        pixels = (np.arange(8 * 10 * 3, dtype=np.uint8).reshape(8, 10, 3) * (i + 1)).astype(np.uint8)
+        stream = io.BytesIO()
+        Image.fromarray(pixels).save(stream, format="PNG")
+        samples.append({"__key__": f"{i:02d}", "png": stream.getvalue()})
+    return samples
+
+
+def random_crop(sample: dict, rng) -> dict:
+    """A 6x6 crop at a random place of the decoded image, with the sample's id and cache outcome."""
+    y, x = rng.integers(0, 3), rng.integers(0, 5)
+    return {"id": np.int64(sample["__key__"]), "image": np.ascontiguousarray(sample["png"][y:y + 6, x:x + 6]),
+            "outcome": np.int8(OUTCOMES.index(sample.get("__cache__", "none")))}
+
+
+def decode_png(sample: dict) -> dict:
+    from tensorcom.images import decode
+
+    return {**sample, "png": decode(sample["png"])}
+
+
+def make_cached():
+    """The images decoded through the server's cache (cache(None)), then cropped at random."""
+    from tensorcom.pipeline import Pipeline
+
+    return Pipeline(image_samples(), seed=5).cache(None, key="ray-test-images-1").map(random_crop, rng=True).batch(4)
+
+
+def make_decoded():
+    """make_cached without the cache: decoded every time (the crop is the same stage, the same draws)."""
+    from tensorcom.pipeline import Pipeline
+
+    return Pipeline(image_samples(), seed=5).map(decode_png).map(random_crop, rng=True).batch(4)
+
+
+def test_actors_decode_into_a_cache_of_their_node_and_serve_the_same_bits(ray_instance, free_port, tmp_path):
+    """Issue 20: serve(cache=DIR) gives every actor DIR on its node (made there: it does not exist
+    yet); two actors store every image once in epoch 0, epoch 1 maps them all from the files, and
+    both epochs are exact and the same bits as the pipeline without a cache."""
+    from tensorcom import Connection
+    from tensorcom.adapters import ray as tray
+
+    cache, url = tmp_path / "node-cache", f"zsplit://127.0.0.1:{free_port()}"
+    epochs: list[list[dict]] = [[], []]
+    with tray.start(f"{os.path.abspath(__file__)}:make_cached", url, workers=2, epochs=2, host="127.0.0.1",
+                    report=None, cache=cache) as serving:
+        with Connection(serving.urls[0], credit=2, timeout=60) as conn:
+            for got in epochs:
+                got.extend({name: np.array(value) for name, value in batch.items()} for batch in conn)
+        serving.wait(timeout=60)
+    for epoch, got in enumerate(epochs):
+        assert sorted(int(i) for batch in got for i in batch["id"]) == list(range(IMAGES)), f"epoch {epoch}"
+        outcomes = {OUTCOMES[o] for batch in got for o in batch["outcome"]}
+        assert outcomes == {"stored" if epoch == 0 else "hit"}, f"epoch {epoch}: {outcomes}"
+        expected = {}
+        for v in range(2):
+            portion = make_decoded().shard(v, 2)
+            portion.set_epoch(epoch)
+            expected.update({tuple(batch["id"].tolist()): batch["image"] for batch in portion})
+        for batch in got:
+            assert np.array_equal(batch["image"], expected[tuple(batch["id"].tolist())]), f"epoch {epoch}"
+    assert any(path.is_file() for path in cache.rglob("*"))
 
 
 @pytest.mark.parametrize("options, message", [

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.net, pytest.mark.procs]
+pytestmark = [pytest.mark.net, pytest.mark.procs, pytest.mark.xdist_group("ray"),  # test_ray.py's Ray instance
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ss") is None,
+                                 reason="resetting connections with `ss -K` needs root and iproute2")]
 
 SAMPLES = 2000  # sample ids 0..1999 per epoch: 250 batches per actor, many more than the queues between
 BATCH = 4  # an actor and the consumer hold, so the actors are still sending when the reset comes
@@ -45,17 +47,7 @@ def reset_connections(port: int) -> int:
     return sum(1 for line in done.stdout.splitlines()[1:] if line.strip())
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray instance with 2 CPUs on 127.0.0.1, shut down after the module's tests."""
-    if os.geteuid() != 0 or shutil.which("ss") is None:
-        pytest.skip("resetting connections with `ss -K` needs root and iproute2")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-def test_a_reset_between_the_actors_and_the_hub_loses_and_repeats_nothing(cluster, free_port):
+def test_a_reset_between_the_actors_and_the_hub_loses_and_repeats_nothing(ray_instance, free_port):
     from tensorcom import Connection
     from tensorcom.adapters import ray as tray
 

@@ -53,7 +53,14 @@ import sys
 from typing import Any, Callable
 
 from tensorcom.checks import positive as _positive
-from tensorcom.adapters.ray._actors import NAMESPACE, DatasetFeed, PipelineFeed, node_address, require_ray
+from tensorcom.adapters.ray._actors import (
+    NAMESPACE,
+    DatasetFeed,
+    PipelineFeed,
+    node_address,
+    pipeline_in,
+    require_ray,
+)
 from tensorcom.adapters.ray._driver import Plan, Serving
 from tensorcom.adapters.ray._scaling import ActorScaling, actor_ceiling, check_auto
 from tensorcom.pipeline.serving import (
@@ -61,7 +68,6 @@ from tensorcom.pipeline.serving import (
     ServeJob,
     assign_urls,
     check_spec,
-    resolve,
     resume_plan,  # serve()'s one rule for `resume`
 )
 from tensorcom.pipeline.shared_serving import is_sharing
@@ -133,7 +139,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
                 report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
                 min_consumers: int = 1, sharing: dict | None = None, curve: Any = None,
                 connection_options: dict | None = None, linger: float = DEFAULT_LINGER,
-                portions: int | None = None, scaling: tuple | None = None) -> Serving:
+                portions: int | None = None, scaling: tuple | None = None, cache: Any = None) -> Serving:
     """Start one actor per feed (actor i serves feeds[i].open(v, V) for its portions v) sending to `url`.
 
     url: zshare:// or zsplit:// (the driver binds it; "HOST:*" takes a free port; actors restart without
@@ -149,9 +155,13 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     per actor; with `resume`, the state's), actor i serving those v with v % N == i: the batches and
     their order depend on the seed, the epoch and V, not on the number of actors. scaling: start()'s
     (min_workers, max_workers, scaler) of workers="auto", `feeds` then being max_workers (or
-    min_workers when max_workers is None) copies of one PipelineFeed."""
+    min_workers when max_workers is None) copies of one PipelineFeed. cache: the directory of the
+    pipeline's cache(None) stages (decoded images, tensorcom.pipeline.cache), the same path on every
+    node (relative: to this process's working directory) and each node's own: its actors share its
+    files; a node without the directory makes it."""
     ray = require_ray()
     sharing_urls = check_urls(url, len(feeds))
+    cache = None if cache is None else os.path.abspath(cache)
     if epochs is not None:
         _positive("epochs", epochs)
     resumed = resume_plan(resume, len(feeds), first_epoch, epochs, portions)
@@ -171,14 +181,14 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
 
             hub = Hub(url, curve=curve, input_host=host or node_address(ray),
                       min_consumers=min_consumers, **(sharing or {}))
-            attach_catch_up_of(hub, feeds)
+            attach_catch_up_of(hub, feeds, cache)
         elif min_consumers != 1 or sharing:
             raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
                    **(connection_options or {}), "linger": linger}
         urls = [hub.worker_url] if hub else list(url) if isinstance(url, list) else [url]
         actors = len(feeds) if auto is None else auto.target
-        job = ServeJob([urls] * actors, resumed, options, cwd=os.getcwd(), settle=hub is not None)
+        job = ServeJob([urls] * actors, resumed, options, cwd=os.getcwd(), settle=hub is not None, cache=cache)
         restarts = max_restarts if hub is not None else 0
         plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
                     [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],
@@ -214,14 +224,15 @@ def auto_actors(ray: Any, feeds: list, scaling: tuple, resources: dict | None, r
     return ActorScaling(scaler, minimum, ceiling), [feeds[0]] * resumed.portions, resumed
 
 
-def attach_catch_up_of(hub: Any, feeds: list) -> None:
+def attach_catch_up_of(hub: Any, feeds: list, cache: str | None = None) -> None:
     """Give the driver's hub a catch-up worker (tensorcom.pipeline.catch_up: a local process that makes
     again what a restarted job lacks and the replay buffer no longer holds) when the actors serve one
-    pipeline spec; Ray Data feeds cannot be made again (their order is not reproducible)."""
+    pipeline spec, its cache(None) stages in `cache` on the driver's node; Ray Data feeds cannot be
+    made again (their order is not reproducible)."""
     if feeds and all(isinstance(feed, PipelineFeed) for feed in feeds):
         from tensorcom.pipeline.catch_up import attach_catch_up
 
-        attach_catch_up(hub, functools.partial(resolve, feeds[0].spec))
+        attach_catch_up(hub, functools.partial(pipeline_in, feeds[0].spec, cache))
 
 
 def actor_options(index: int, resources: dict | None, placement_group: Any, max_restarts: int) -> dict:

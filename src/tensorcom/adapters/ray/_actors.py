@@ -33,6 +33,24 @@ def node_address(ray: Any) -> str:
     return known[0] if known else ray.util.get_node_ip_address()
 
 
+def use_cache(directory: str | None) -> None:
+    """Make `directory` (a path on this process's node; made when missing) the directory of the
+    pipeline's cache(None) stages in this process (tensorcom.pipeline.cache.serve_in); None: nothing.
+    Every node has its own: the actors of one node share its files, another node fills its own."""
+    if directory is not None:
+        from tensorcom.pipeline.cache import serve_in
+
+        os.makedirs(directory, exist_ok=True)
+        serve_in(directory)
+
+
+def pipeline_in(spec: Any, cache: str | None) -> Any:
+    """The Pipeline of `spec` (resolve) in a process whose cache(None) stages take `cache` (use_cache):
+    what the driver's catch-up worker makes again."""
+    use_cache(cache)
+    return resolve(spec)
+
+
 class PipelineFeed:
     """A pipeline spec (Pipeline, "module:function", "file.py:function", factory): `open(v, V)` builds
     portion v of V in the actor. Deterministic given (seed, epoch, v): restarts are exact, with any
@@ -126,6 +144,7 @@ class ServerActor:
         if not self.lanes:
             if os.path.isdir(self.job.cwd) and self.job.cwd not in sys.path:
                 sys.path.insert(0, self.job.cwd)
+            use_cache(self.job.cache)
             feed = self.feed.get()
             self.lanes = [Lane(v, feed.open(v, self.job.portions), None) for v in self.portions]
         for lane in self.lanes:
