@@ -1,4 +1,4 @@
-"""tensorcom.shards.convert and tensorcom.pipeline.shard_writing: the plan (pure), the tar packing against TarWriter, and conversions of small
+"""tensorcom.shards.convert and tensorcom.pipeline.shard_writing: the plan (pure) and conversions of small
 image folders, generated samples, Parquet tables and saved Hugging Face datasets, read back by our
 reader, Python's tarfile, GNU tar and WebDataset; -j 1 and -j 2 alike; resume and its refusal."""
 
@@ -19,8 +19,6 @@ from tensorcom import shards
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline.shard_writing import Claims, convert, run_claimed
 from tensorcom.shards import TarWriter
-from tensorcom.shards._destinations import Destination
-from tensorcom.shards._tarpack import TarPack
 from tensorcom.shards.convert import FilesInput, IterableInput, Shard, manifest_path, plan_shards, runs
 
 CLASSES, PER_CLASS = ("bird", "cat", "dog"), 7
@@ -68,20 +66,6 @@ def test_runs_one_shard_each_or_contiguous_runs_for_sequential_inputs():
     assert [s for run in split for s in run] == shards_ and len(split) == 3
     assert manifest_path("out/train-%06d.tar") == os.path.join("out", "train.manifest.json")
     assert manifest_path("%04d.tar") == "shards.manifest.json"
-
-
-def test_tarpack_writes_what_tarwriter_writes():
-    samples = [{"__key__": f"dir/k{i}", "jpg": bytes([i]) * (i * 200), "cls": b"%d" % i} for i in range(12)]
-    samples += [{"__key__": "é" * 4, "txt": b"non-ascii name"}, {"__key__": "k" * 120, "txt": b""}]
-    ours, theirs = io.BytesIO(), io.BytesIO()
-    pack = TarPack(Destination("memory", ours, owned=False), chunk=1000)
-    for sample in samples:
-        pack.add(sample["__key__"], sorted((k, v) for k, v in sample.items() if k != "__key__"))
-    pack.close()
-    with TarWriter(theirs) as writer:
-        for sample in samples:
-            writer.write(sample)
-    assert ours.getvalue() == theirs.getvalue()
 
 
 def read_back_everywhere(paths: list[str]) -> dict[str, dict[str, bytes]]:

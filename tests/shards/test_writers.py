@@ -11,6 +11,7 @@ import pytest
 
 from tensorcom.errors import OpenError
 from tensorcom.shards import ShardWriter, TarWriter, samples
+from tensorcom.shards._tarpack import CHUNK, Headers
 from tensorcom.shards._tarstream import buffered, tar_members
 
 
@@ -36,6 +37,48 @@ def test_deterministic_sorted_members_fixed_metadata():
     assert names[:6] == ["s000.bin", "s000.cls", "s000.json", "s000.npy", "s000.txt", "s001.bin"]
     assert {(m.mtime, m.uname, m.gname, m.uid, m.gid, m.mode) for m in members} == {
         (0, "bigdata", "bigdata", 0, 0, 0o444)}
+
+
+def tarfile_archive(members, **attributes) -> bytes:
+    """What Python's tarfile writes in stream mode for `members` [(name, bytes)] with `attributes`."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            for attribute, value in {"uid": 0, "gid": 0, **attributes}.items():
+                setattr(info, attribute, value)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("attributes", [
+    dict(mtime=0, uname="bigdata", gname="bigdata", mode=0o444),
+    dict(mtime=1234567, uname="me", gname="us", mode=0o640),
+    dict(mtime=0, uname="ü" * 3, gname="g" * 40, mode=0o444),  # owner names that need pax records
+])
+def test_headers_and_archives_are_what_tarfile_writes(attributes):
+    items = [{"__key__": f"dir/k{i}", "cls": i, "jpg": bytes([i]) * (i * 211)} for i in range(6)]
+    items += [{"__key__": "é" * 4, "txt": b"non-ascii name"}, {"__key__": "k" * 120, "txt": b""},
+              {"__key__": "n" * 96, "txt": b"a name of exactly 100 bytes"}, {"__key__": "big", "bin": bytes(CHUNK + 7)}]
+    members = [(f"{s['__key__']}.{field}", str(value).encode() if isinstance(value, int) else value)
+               for s in items for field, value in sorted(s.items()) if field != "__key__"]
+    headers = Headers(mtime=attributes["mtime"], user=attributes["uname"], group=attributes["gname"],
+                      mode=attributes["mode"])
+    reference = tarfile_archive(members, **attributes)
+    offset = 0
+    for name, data in members:  # every header is tarfile's, whether joined from pieces or not
+        header = headers(name, len(data))
+        assert reference[offset:offset + len(header)] == header, name
+        offset += len(header) + len(data) + (-len(data) % 512)
+    out = io.BytesIO()
+    with TarWriter(out, mtime=attributes["mtime"], user=attributes["uname"], group=attributes["gname"],
+                   mode=attributes["mode"]) as writer:
+        for sample in items:
+            writer.write(sample)
+    assert out.getvalue() == reference and writer.size == len(reference)
+    assert gzip.decompress(write_bytes(items, compress=True, mtime=attributes["mtime"], user=attributes["uname"],
+                                       group=attributes["gname"], mode=attributes["mode"])) == reference
 
 
 def test_gzip_archives_are_deterministic(tmp_path):

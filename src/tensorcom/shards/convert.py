@@ -32,11 +32,12 @@ import hashlib
 import itertools
 import json
 import os
+import tarfile
 from typing import Any, Callable, Iterable, Iterator
 
 from tensorcom.errors import OpenError
 from tensorcom.shards._destinations import open_destination
-from tensorcom.shards._tarpack import shard_fields, tar_samples, write_tar_shard
+from tensorcom.shards.writers import TarWriter, sample_fields
 
 FORMATS = ("tar", "parquet")
 _MEMBER_OVERHEAD = 1024  # a header block and half a block of padding, per field: about 2 fields per sample
@@ -260,6 +261,27 @@ def shard_count(path: str, format: str) -> int | None:
         return None
 
 
+def write_tar_shard(path: str, samples: Iterable[dict[str, Any]]) -> int:
+    """Write `samples` as one tar shard at `path` (TarWriter: atomically, abandoned on an error); how many."""
+    with TarWriter(path) as writer:
+        for sample in samples:
+            writer.write(sample)
+    return writer.count
+
+
+def tar_samples(path: str) -> int | None:
+    """Samples (runs of members with one key) of the tar file at `path`, from its headers only (the data
+    is skipped); None when the file ends before its last member's data and the end-of-archive blocks."""
+    keys, last = 0, None
+    with tarfile.open(path, "r:") as archive:
+        for member in archive:
+            directory, _, name = member.name.rpartition("/")
+            key = (directory, name.split(".", 1)[0])
+            keys, last = keys + (key != last), key
+        end = archive.offset
+    return keys if os.path.getsize(path) >= end + 2 * tarfile.BLOCKSIZE else None
+
+
 def write_run(source: ConvertInput, directory: str, format: str, run: list[Shard]) -> list[tuple[str, int]]:
     """Write the shards of `run` (in input order) into `directory` as `format` from one read of their
     slice of `source`; [(name, count)]. ValueError when the input gives another count than planned."""
@@ -273,7 +295,7 @@ def write_run(source: ConvertInput, directory: str, format: str, run: list[Shard
         if format == "parquet":
             from tensorcom.shards._parquet import write_parquet_shard
 
-            count = write_parquet_shard(path, (shard_fields(s) for s in part))
+            count = write_parquet_shard(path, (sample_fields(s) for s in part))
         else:
             count = write_tar_shard(path, part)
         if count != shard.count:

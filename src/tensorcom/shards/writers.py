@@ -2,7 +2,9 @@
 
 Archives are deterministic: the members of a sample are written in sorted field order, with a fixed
 mtime, owner and mode, and gzip'ed shards (.tgz / .tar.gz or compress=True) carry a zero gzip mtime,
-so the same samples always give the same bytes. Destinations are anything gopen writes: paths,
+so the same samples always give the same bytes: what Python's tarfile writes in stream mode, built by
+tensorcom.shards._tarpack (headers joined from a prepared block, members handed over in large writes;
+`size` counts the archive's bytes exactly). Destinations are anything gopen writes: paths,
 pipe:CMD, `-`, and fsspec URLs (s3://...). Nothing partial appears under a shard's final name:
 
     path, file://PATH   written to a hidden `.NAME.tmp-PID-RANDOM` beside the target (no `out-*.tar`
@@ -26,14 +28,13 @@ close() after a failed write raises ShardError rather than pretend the shard was
 from __future__ import annotations
 
 import gzip
-import io
 import os
-import tarfile
 from typing import IO, Any, Callable
 
 from tensorcom.errors import OpenError, ShardError
 from tensorcom.progress import Progress
 from tensorcom.shards._destinations import Destination, open_destination
+from tensorcom.shards._tarpack import Headers, TarPack
 from tensorcom.shards.fields import encode_field
 
 _GZ_SUFFIXES = (".tgz", ".tar.gz", ".gz")
@@ -88,51 +89,32 @@ class TarWriter(_AbandonedOnError):
             compress = str(self.url).endswith(_GZ_SUFFIXES)
         try:
             self.gzip = gzip.GzipFile(filename="", fileobj=self.dest, mode="wb", mtime=0) if compress else None
-            self.tar = tarfile.open(fileobj=self.gzip or self.dest, mode="w|", format=tarfile.PAX_FORMAT)
+            headers = Headers(mtime=mtime, user=user, group=group, mode=mode)
         except BaseException:
             self.dest.discard()  # a temporary file, upload or pipe opened above must not be left behind
             raise
+        self.pack = TarPack(self.gzip or self.dest, headers)
+        self.writing = True  # until completed or abandoned
         self.encode, self.allow_pickle, self.keep_meta = encode, allow_pickle, keep_meta
-        self.template = dict(mtime=int(mtime), uname=user, gname=group, mode=mode, uid=0, gid=0)
         self.count = 0
-        self.size = 0
         self.abandoned: str | None = None  # the sentence naming the shard, once abandoned
         self.failure: BaseException | None = None  # the error of a write or close that broke it off
 
     def _open(self) -> bool:
-        return self.tar is not None
+        return self.writing
 
-    def _fields(self, sample: dict[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
-        if not isinstance(sample, dict):
-            raise TypeError(f"a sample must be a dict, not {type(sample).__name__}")
-        key = sample.get("__key__")
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"a sample needs a non-empty str '__key__', got {key!r}")
-        if "." in key.rsplit("/", 1)[-1]:
-            raise ValueError(f"'__key__' {key!r} has a dot in its last component: readers would split it")
-        fields = []
-        for name in sorted(sample):
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"field names are non-empty str; sample {key!r} has {name!r}")
-            if name == "__key__" or (name.startswith("_") and not self.keep_meta):
-                continue
-            value = sample[name]
-            if self.encode:
-                data = encode_field(name, value, allow_pickle=self.allow_pickle)
-            elif isinstance(value, (bytes, bytearray, memoryview, str)):
-                data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-            else:
-                raise TypeError(f"field {name!r} of {key!r} is {type(value).__name__}, not bytes (encode=False)")
-            fields.append((name, data))
-        return key, fields
+    @property
+    def size(self) -> int:
+        """Bytes of the archive so far (headers and padding included), before any compression."""
+        return self.pack.size
 
     def write(self, sample: dict[str, Any]) -> int:
         """Append one sample; returns the number of content bytes written (headers excluded). A bad
         sample raises before anything is written; an error while writing it abandons the archive."""
-        if self.tar is None:
+        if not self.writing:
             state = "an abandoned" if self.abandoned else "a closed"
             raise ValueError(f"write to {state} TarWriter ({self.url})")
-        key, fields = self._fields(sample)
+        key, fields = sample_fields(sample, encode=self.encode, allow_pickle=self.allow_pickle, keep_meta=self.keep_meta)
         try:
             total = self._add(key, fields)
         except BaseException as exn:
@@ -142,21 +124,16 @@ class TarWriter(_AbandonedOnError):
 
     def _add(self, key: str, fields: list[tuple[str, bytes]]) -> int:
         """Write the members of one sample; OS errors become OpenError naming the member."""
-        total = 0
-        for name, data in fields:
-            info = tarfile.TarInfo(f"{key}.{name}")
-            for attribute, value in self.template.items():
-                setattr(info, attribute, value)
-            info.size = len(data)
-            try:
-                self.tar.addfile(info, io.BytesIO(data))
-            except ShardError:
-                raise
-            except OSError as exn:
-                raise OpenError(f"write failed: {exn}", url=self.url, member=info.name) from exn
-            total += len(data)
-            self.size += 512 + len(data) + (-len(data) % 512)
-        return total
+        name = key
+        try:
+            for field, data in fields:
+                name = f"{key}.{field}"
+                self.pack.add(name, data)
+        except ShardError:
+            raise
+        except OSError as exn:
+            raise OpenError(f"write failed: {exn}", url=self.url, member=name) from exn
+        return sum(len(data) for _, data in fields)
 
     def _break_off(self, exn: BaseException) -> BaseException:
         """Abandon the archive after `exn`; returns the error to raise (exn, or an OpenError naming the
@@ -173,8 +150,9 @@ class TarWriter(_AbandonedOnError):
         """Abandon the archive: it is never completed, and nothing appears under its URL where the kind
         of destination allows (see the module docstring). Returns the sentence naming the shard and its
         sample count (also `abandoned`), or None when the archive was completed. Idempotent."""
-        if self.tar is not None:
-            self.tar = None
+        if self.writing:
+            self.writing = False
+            self.pack.drop()
             self.dest.discard()
             what = "nothing was left under that name" if self.dest.atomic else "its stream was cut off where it stood"
             count = f"{self.count} sample" + "s" * (self.count != 1)
@@ -184,17 +162,45 @@ class TarWriter(_AbandonedOnError):
     def close(self) -> None:
         """Finish the archive (end blocks, gzip trailer) and complete the destination; idempotent.
         A failure here abandons the archive; after a failed write or close it raises ShardError."""
-        if self.tar is None:
+        if not self.writing:
             _raise_if_failed(self.abandoned, self.failure)
             return
         try:
-            self.tar.close()
+            self.pack.finish()
             if self.gzip is not None:
                 self.gzip.close()
             self.dest.commit()
         except BaseException as exn:
             raise self._break_off(exn)
-        self.tar = None
+        self.writing = False
+
+
+def sample_fields(sample: dict[str, Any], *, encode: bool = True, allow_pickle: bool = False,
+                  keep_meta: bool = False) -> tuple[str, list[tuple[str, bytes]]]:
+    """(key, [(field, bytes)] in sorted field order) of one sample, as TarWriter writes it (its class
+    docstring says how values become bytes); TypeError / ValueError for a bad sample, key or field."""
+    if not isinstance(sample, dict):
+        raise TypeError(f"a sample must be a dict, not {type(sample).__name__}")
+    key = sample.get("__key__")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"a sample needs a non-empty str '__key__', got {key!r}")
+    if "." in key.rsplit("/", 1)[-1]:
+        raise ValueError(f"'__key__' {key!r} has a dot in its last component: readers would split it")
+    fields = []
+    for name in sorted(sample):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"field names are non-empty str; sample {key!r} has {name!r}")
+        if name == "__key__" or (name.startswith("_") and not keep_meta):
+            continue
+        value = sample[name]
+        if encode:
+            data = encode_field(name, value, allow_pickle=allow_pickle)
+        elif isinstance(value, (bytes, bytearray, memoryview, str)):
+            data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        else:
+            raise TypeError(f"field {name!r} of {key!r} is {type(value).__name__}, not bytes (encode=False)")
+        fields.append((name, data))
+    return key, fields
 
 
 def _raise_if_failed(abandoned: str | None, failure: BaseException | None) -> None:
