@@ -1,9 +1,11 @@
 """`--ray N` / `--address` of the server tools, without starting Ray: the plan they make, and the
 command lines they refuse with one line (a binding URL each actor would bind, --address alone, a
-publisher count beside --ray). Serving from actors is tested on a live instance in
-tests/adapters/test_ray.py."""
+publisher count beside --ray), and --cache with --ray. Serving from actors is tested on a live
+instance in tests/adapters/test_ray.py."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -55,3 +57,15 @@ def test_a_refused_command_line_is_one_line_and_status_2(capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not to a URL each would bind" in err[0]
+
+
+def test_cache_with_ray_is_each_actors_directory_on_its_node():
+    """Issue 20: --cache DIR goes with --ray: tensorcom serve hands it to tensorcom.ray.serve (cache=:
+    DIR on each actor's node), serve-imagenet-dir's pipeline gets it absolute (the actors run in
+    another working directory), with --cache-max-side."""
+    args = serve.build_parser().parse_args(["m:f", "zsplit://127.0.0.1:7880", "--ray", "2", "--cache", "decoded"])
+    assert serve.plan(args).options["cache"] == "decoded"
+    args = serve_imagenet.dir_parser().parse_args(["zsplit://127.0.0.1:7880", "--ray", "2", "--cache", "decoded",
+                                                   "--cache-max-side", "256"])
+    options = serve_imagenet.pipeline_options(args)
+    assert options["cache"] == os.path.abspath("decoded") and options["cache_max_side"] == 256

@@ -23,7 +23,9 @@ number changes only between epochs (docs/scaling.md, "Workers that scale themsel
 
 `--ray N` serves from N Ray actors instead of local worker processes (tensorcom.ray; docs/ray.md),
 on a new local Ray instance or the cluster `--address` names, so the same command runs on a laptop
-and on a cluster; with a zshare:// or zsplit:// URL a dead actor is restarted without loss:
+and on a cluster; with a zshare:// or zsplit:// URL a dead actor is restarted without loss. With
+`--cache DIR` each actor's cache(None) stages take DIR on the actor's own node (the same path on
+every node, made where missing; each node fills its own):
 
     tensorcom serve --ray 8 --address auto mymodule:make_pipeline zsplit://0.0.0.0:7880 --epochs 90
 """
@@ -31,6 +33,7 @@ and on a cluster; with a zshare:// or zsplit:// URL a dead actor is restarted wi
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from tensorcom.cli.common import (
     Parser,
@@ -69,6 +72,21 @@ def workers_or_auto(text: str) -> int | str:
     return "auto" if text == "auto" else positive_int(text)
 
 
+def plan(args: argparse.Namespace) -> Any:
+    """The ServePlan (tensorcom.pipeline.serve_plan) of a parsed command line: common.serve_plan's, with
+    --cache (the local processes' directory, or with --ray each actor's on its node) and -w auto's
+    bounds; ValueError for --min-workers / --max-workers without -w auto."""
+    bounds = {"min_workers": args.min_workers, "max_workers": args.max_workers}
+    if args.workers != "auto" and any(value is not None for value in bounds.values()):
+        raise ValueError("--min-workers and --max-workers go with -w auto")
+    run = serve_plan(args, args.workers)
+    if args.cache is not None:
+        run.options["cache"] = args.cache
+    if args.workers == "auto":
+        run.options.update({key: value for key, value in bounds.items() if value is not None})
+    return run
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     """tensorcom serve: parse, check the factory and URLs, serve until done; returns 0."""
@@ -77,17 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     load_factory(args.factory)  # fails early on a bad name; puts the current directory on sys.path
-    bounds = {"min_workers": args.min_workers, "max_workers": args.max_workers}
-    if args.workers != "auto" and any(value is not None for value in bounds.values()):
-        raise ValueError("--min-workers and --max-workers go with -w auto")
-    if args.cache is not None and args.ray is not None:
-        raise ValueError("--cache is for local worker processes; with --ray name each node's directory in the "
-                         "pipeline: .cache(DIR) (docs/ray.md)")
-    run = serve_plan(args, args.workers)
-    if args.cache is not None:
-        run.options["cache"] = args.cache
-    if args.workers == "auto":
-        run.options.update({key: value for key, value in bounds.items() if value is not None})
+    run = plan(args)
     run.publishers()  # fails early on URLs that cannot work with -w
     run.run(FunctionPipeline(args.factory, args.shuffle_buffer if args.shuffle else 0), announce=args.factory)
     return 0

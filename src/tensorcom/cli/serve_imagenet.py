@@ -22,12 +22,14 @@ cache that the first epoch or `tensorcom prepare` fills, and mapped from it late
 `-r SECONDS` between rate reports on stderr, `--portions V` (the stream's portions, default
 P; a restart with `--resume` may use another -P, as long as -w stays: -w splits each portion). The
 pipelines are tensorcom.images.imagenet's; tensorcom.pipeline.serve_plan runs them. `--ray N [--address ADDR]` serves from N Ray actors in place of
-the -P publishers (docs/ray.md; the dataset must be at the same path on every node).
+the -P publishers (docs/ray.md; the dataset must be at the same path on every node; `--cache DIR`
+is then DIR on each actor's node, each node filling its own).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tensorcom.cli.common import (
@@ -103,7 +105,10 @@ def serve_args(args: argparse.Namespace, pipeline) -> int:
 
 
 def pipeline_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments both pipelines take, from the parsed command line."""
+    """The keyword arguments both pipelines take, from the parsed command line (with --ray, --cache made
+    absolute: the actors run in other working directories, the same path on each node)."""
+    if args.ray is not None and args.cache is not None:
+        args.cache = os.path.abspath(args.cache)
     workers = args.workers
     if workers == "auto":
         from tensorcom.pipeline.autoscale import Elastic
