@@ -65,10 +65,12 @@ class Augment:
             self._transform = train_transform(self.size, dtype=dtype, scale=(self.min_scale, 1.0))
         return self._transform
 
-    def __call__(self, sample: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.int32]:
+    def __call__(self, sample: dict, rng: np.random.Generator,
+                 out: np.ndarray | None = None) -> tuple[np.ndarray, np.int32]:
+        """(image, label) of `sample`; with `out` (e.g. a batch's row) the image is written there."""
         if self.cache is not None:
             sample = self.cache(sample)
-        return self.transform()(image_bytes(sample), rng), np.int32(label_of(sample))
+        return self.transform()(image_bytes(sample), rng, out), np.int32(label_of(sample))
 
 
 def image_bytes(sample: dict) -> bytes:
@@ -163,14 +165,21 @@ def augmented_batches(pipeline: Pipeline, augment: Augment, batch_size: int, wor
 
 class AugmentBatch:
     """Picklable map function: a list of image samples and the batch's generator -> [images, labels]
-    (collate_pair), sample i augmented by `augment` with the i-th generator spawned from the batch's,
-    so its draws depend on the batch's key (seed, epoch, portion, batch position) and i only."""
+    (as collate_pair stacks them), sample i augmented by `augment` with the i-th generator spawned
+    from the batch's, so its draws depend on the batch's key (seed, epoch, portion, batch position)
+    and i only. Every image after the first is written straight into its row of the batch."""
 
     def __init__(self, augment: Augment):
         self.augment = augment
 
     def __call__(self, samples: list[dict], rng: np.random.Generator) -> list[np.ndarray]:
-        return collate_pair([self.augment(sample, own) for sample, own in zip(samples, rng.spawn(len(samples)))])
+        images, labels = None, np.empty(len(samples), np.int32)
+        for i, (sample, own) in enumerate(zip(samples, rng.spawn(len(samples)))):
+            image, labels[i] = self.augment(sample, own, None if images is None else images[i])
+            if images is None:
+                images = np.empty((len(samples), *image.shape), image.dtype)
+                images[0] = image
+        return [images, labels]
 
 
 def collate_pair(samples: list[tuple[np.ndarray, np.int32]]) -> list[np.ndarray]:
