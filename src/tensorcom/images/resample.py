@@ -91,15 +91,13 @@ def _resize_pil(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -
 class _Torch(threading.local):
     """torch's kernels, looked up once per process: `resize` the antialiased bilinear one that writes
     into a given NCHW view of an NHWC buffer (None where this torch lacks it, then F.interpolate),
-    `flip` torch.flip writing into a given tensor; and per thread, `scratch` buffers by shape (what
-    a flipped result is resized into before it is mirrored into its destination)."""
+    `flip` torch.flip writing into a given tensor (None: flip and copy); and per thread one scratch
+    buffer, what a flipped result is resized into before it is mirrored into its destination."""
 
     resize: Any = None
     flip: Any = None
     found = False
-
-    def __init__(self):
-        self.scratch: dict[tuple[int, int], Any] = {}
+    scratch: Any = None
 
     @classmethod
     def find(cls) -> None:
@@ -111,12 +109,12 @@ class _Torch(threading.local):
         cls.found = True
 
     def buffer(self, shape: tuple[int, int]):
+        """This thread's (h, w, 3) uint8 scratch tensor (made anew when the shape changes)."""
         import torch
 
-        scratch = self.scratch.get(shape)
-        if scratch is None:
-            scratch = self.scratch[shape] = torch.empty((*shape, 3), dtype=torch.uint8)
-        return scratch
+        if self.scratch is None or tuple(self.scratch.shape[:2]) != shape:
+            self.scratch = torch.empty((*shape, 3), dtype=torch.uint8)
+        return self.scratch
 
 
 _torch = _Torch()
@@ -131,7 +129,7 @@ def _interpolate(source, target) -> None:
             _torch.resize(source, size, False, None, None, out=target.unsqueeze(0).permute(0, 3, 1, 2))
             return
         except (RuntimeError, TypeError):
-            type(_torch).resize = None
+            pass
     import torch.nn.functional as F
 
     scaled = F.interpolate(source, size=size, mode="bilinear", antialias=True, align_corners=False)
@@ -141,8 +139,8 @@ def _interpolate(source, target) -> None:
 def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool,
                   into: np.ndarray | None) -> np.ndarray:
     """torch: crop to the box rounded to whole pixels (a view), then interpolate channels-last uint8
-    into the (h, w, 3) result or `into` (C-contiguous, writable); a flip resizes into a per-thread scratch buffer first and
-    mirrors it into the result (one write each, no tensor allocated per call). No autograd is
+    into the (h, w, 3) result or `into` (C-contiguous, writable); a flip resizes into this thread's
+    scratch buffer and mirrors that into the result (no tensor allocated per call). No autograd is
     recorded: uint8 tensors never require grad."""
     import torch
 
@@ -157,12 +155,11 @@ def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool,
     result = torch.from_numpy(into)
     if not flip:
         _interpolate(source, result)
-    elif _torch.flip is not None:
-        scratch = _torch.buffer((out[1], out[0]))
-        _interpolate(source, scratch)
+        return into
+    scratch = _torch.buffer((out[1], out[0]))
+    _interpolate(source, scratch)
+    if _torch.flip is not None:
         _torch.flip(scratch, [1], out=result)
     else:
-        scratch = _torch.buffer((out[1], out[0]))
-        _interpolate(source, scratch)
         result.copy_(scratch.flip(1))
     return into
