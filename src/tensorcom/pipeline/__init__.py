@@ -10,19 +10,50 @@
     serve(pipeline, urls, workers=N)   run a pipeline in N processes that send to URLs
     WorkerPool, parallel_map, prefetching                             the worker machinery
 
-See docs/pipeline.md for the user guide.
+The public names are imported lazily (on first attribute access, or `from tensorcom.pipeline import
+NAME`), so importing one submodule (tensorcom.pipeline.shard_writing for `tensorcom shard`, say) does
+not import the rest of the layer. See docs/pipeline.md for the user guide.
 """
 
-from tensorcom.pipeline._mix_source import Mix
-from tensorcom.pipeline._node import Node
-from tensorcom.pipeline._pipeline import Pipeline
-from tensorcom.pipeline._shard_dataset import ShardDataset
-from tensorcom.pipeline.hf_sources import HFIterableSource, HFSource
-from tensorcom.pipeline.serving import serve
-from tensorcom.pipeline.sources import FetchSource, IterableSource, PathSource, ShardSource, Source
-from tensorcom.pipeline.table_sources import ArrowSource, ParquetSource
-from tensorcom.pipeline.workers import WorkerPool, parallel_map, prefetching
+from __future__ import annotations
 
-__all__ = ["ArrowSource", "FetchSource", "HFIterableSource", "HFSource", "IterableSource", "Mix", "Node", "ParquetSource",
-           "PathSource", "Pipeline", "ShardDataset", "ShardSource", "Source", "WorkerPool", "parallel_map", "prefetching",
-           "serve"]
+import importlib
+from typing import Any
+
+# public name -> the submodule that defines it
+_EXPORTS: dict[str, str] = {
+    "ArrowSource": "tensorcom.pipeline.table_sources",
+    "FetchSource": "tensorcom.pipeline.sources",
+    "HFIterableSource": "tensorcom.pipeline.hf_sources",
+    "HFSource": "tensorcom.pipeline.hf_sources",
+    "IterableSource": "tensorcom.pipeline.sources",
+    "Mix": "tensorcom.pipeline._mix_source",
+    "Node": "tensorcom.pipeline._node",
+    "ParquetSource": "tensorcom.pipeline.table_sources",
+    "PathSource": "tensorcom.pipeline.sources",
+    "Pipeline": "tensorcom.pipeline._pipeline",
+    "ShardDataset": "tensorcom.pipeline._shard_dataset",
+    "ShardSource": "tensorcom.pipeline.sources",
+    "Source": "tensorcom.pipeline.sources",
+    "WorkerPool": "tensorcom.pipeline.workers",
+    "parallel_map": "tensorcom.pipeline.workers",
+    "prefetching": "tensorcom.pipeline.workers",
+    "serve": "tensorcom.pipeline.serving",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule behind a public name on first use and cache the name here."""
+    try:
+        module_name = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'tensorcom.pipeline' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
