@@ -2,8 +2,8 @@
 shared with test_ray_reconnect.py, tests/adapters/conftest.py): two
 actors deliver one epoch exactly; an actor killed mid-epoch is restarted and the epoch still arrives
 whole with no duplicate; a pipeline that raises ends the serve with WorkerError; a Ray Data dataset
-reaches a plain consumer; no actor outlives its serve; workers="auto" grows from one actor to two at
-an epoch boundary, every epoch exact. join_url, actor_options and auto's checks without Ray.
+reaches a plain consumer; no actor outlives its serve; workers="auto" grows from one actor to two and
+back to one at epoch boundaries, every epoch exact; actors fill a cache of their node. join_url, actor_options and auto's checks without Ray.
 
 The actors build their pipeline from this file ("tests/adapters/test_ray.py:make_ids"), so this
 module is also imported in the actors' processes."""
@@ -242,39 +242,49 @@ def make_shuffled():
     return Pipeline(list(range(48)), seed=1).shuffle(8).map(lambda i: {"id": np.int64(i)}).batch(4)
 
 
-class OneMore:
-    """A scaler that says +1 at its first observation (the driver makes it during epoch 0)."""
+class UpThenDown:
+    """A scaler that says +1 at its first observation (the driver makes it during epoch 0), then -1 at
+    the first observation of two actors whose runs reported waiting (an idle share above 0), and
+    sets `down` then."""
 
     def __init__(self):
-        self.seen, self.targets = [], []
+        self.seen, self.targets, self.down = [], [], threading.Event()
 
     def observe(self, now, data_wait, idle_share, workers, idle_cores):
-        self.seen.append(workers)
-        return 1 if len(self.seen) == 1 else 0
+        self.seen.append((workers, idle_share))
+        if len(self.seen) == 1:
+            return 1
+        return -1 if workers == 2 and idle_share > 0 and not self.down.is_set() else 0
 
     def decided(self, target):
         self.targets.append(target)
+        if target == 1:
+            self.down.set()
 
 
-def test_auto_actors_grow_at_an_epoch_boundary_without_loss_or_reorder(ray_instance, free_port):
+def test_auto_actors_grow_and_shrink_at_epoch_boundaries_without_loss_or_reorder(ray_instance, free_port):
     """workers="auto", min 1, max 2 (V = 2): one actor serves epoch 0, the scaler asks for two, two
-    serve epoch 1, portions re-dealt v % 2 == i; the consumer gets each epoch once, each portion in
-    its order (batches depend on seed, epoch and V only)."""
+    serve epoch 1, their runs report their idle share, the scaler asks for one (the consumer holds
+    epoch 2 back until then: with a replay buffer of 2 the actors cannot end it), one serves epoch
+    3; portions re-dealt v % N == i; the consumer gets each epoch once, each portion in its order
+    (batches depend on seed, epoch and V only)."""
+    from tensorcom import Connection
     from tensorcom.adapters import ray as tray
 
-    scaler, url = OneMore(), f"zshare://127.0.0.1:{free_port()}"
+    scaler, url = UpThenDown(), f"zshare://127.0.0.1:{free_port()}"
+    epochs: list[list[tuple]] = [[], [], [], []]
     with tray.start(f"{os.path.abspath(__file__)}:make_shuffled", url, workers="auto", min_workers=1, max_workers=2,
-                    scaler=scaler, epochs=2, host="127.0.0.1", report=None) as serving:
+                    scaler=scaler, epochs=4, host="127.0.0.1", report=None, sharing={"replay": 2}) as serving:
         assert len(serving.members) == 1
-        epochs: list[list[tuple]] = [[], []]
-        from tensorcom import Connection
-
         with Connection(serving.urls[0], credit=2, timeout=60) as conn:
-            for got in epochs:
-                got.extend(tuple(int(i) for i in batch["id"]) for batch in conn)
+            for epoch, got in enumerate(epochs):
+                for batch in conn:
+                    got.append(tuple(int(i) for i in batch["id"]))
+                    if epoch == 2:
+                        assert scaler.down.wait(timeout=30), f"no -1 from {scaler.seen}"
         result = serving.wait(timeout=60)
         pids = [m.pid for m in serving.members]
-    assert scaler.seen[0] == 1 and scaler.targets == [2] and result["workers"] == 2 and len(set(pids)) == 2
+    assert scaler.seen[0][0] == 1 and scaler.targets == [2, 1] and result["workers"] == 1 and len(pids) == 1
     for epoch, got in enumerate(epochs):
         orders = []
         for v in range(2):
@@ -285,6 +295,34 @@ def test_auto_actors_grow_at_an_epoch_boundary_without_loss_or_reorder(ray_insta
         for order in orders:
             assert [b for b in got if b in order] == order, f"epoch {epoch}: each portion in its order"
     assert wait_gone(pids) == []
+
+
+def test_auto_actors_are_removed_when_their_runs_wait_on_the_consumers():
+    """ActorScaling feeds the local processes' Autoscaler the actors' idle share from their finished
+    runs: consumers waiting and idle CPUs add an actor; until a run of the new number of actors has
+    reported, none is removed (a run of another number does not count); runs waiting on the hub
+    most of their time while the consumers do not wait remove one."""
+    from tensorcom.adapters.ray._scaling import ActorScaling
+    from tensorcom.pipeline.autoscale import Autoscaler
+
+    now = [0.0]
+    scaling = ActorScaling(Autoscaler(1, 3, cores=3, window=2.0, cooldown=0.0), 1, 3, clock=lambda: now[0])
+
+    def observe_for(seconds: int, data_wait: float, actors: int) -> bool:
+        changed = False
+        for _ in range(seconds + 1):
+            if scaling.due(actors):  # as the driver: not while a change waits for the boundary
+                changed |= scaling.observe(data_wait, actors, 2.0)
+            now[0] += 1.0
+        return changed
+
+    assert observe_for(2, 0.5, 1) and scaling.target == 2
+    scaling.ran(0.9, 0.1, actors=1)  # the one actor's run, before the change took effect
+    assert scaling.idle_share() == 0.0 and not observe_for(3, 0.0, 2) and scaling.target == 2
+    scaling.ran(0.6, 0.4, actors=2)
+    scaling.ran(0.8, 0.2, actors=2)
+    assert scaling.idle_share() == pytest.approx(0.7)
+    assert observe_for(3, 0.0, 2) and scaling.target == 1
 
 
 IMAGES = 16  # the cache test's images: 16 PNGs of 8x10, keys "00".."15"

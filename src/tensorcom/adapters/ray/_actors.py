@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from tensorcom import extras
 from tensorcom.pipeline.portion_sending import Lane, send_epochs
 from tensorcom.pipeline.serving import ServeJob, resolve
+from tensorcom.pipeline.stage_times import StageClock
 
 NAMESPACE = "tensorcom"  # the Ray namespace where named serves are registered (Directory actors)
 
@@ -116,10 +118,12 @@ class ServerActor:
     """One Ray actor: `portions` of job.portions (default those v with v % N == `index`,
     job.portions_of), each a lane (portion_sending.Lane) with its own Connection. Its methods run one
     at a time, in the order the driver calls them. hello() -> (incarnation, {portion: sender id}, pid,
-    node, last epoch served) builds the portions and their Connections on the first call (a restarted
-    actor is a new incarnation, with new senders); run(first, last, plan, portions=None) sends epochs
-    first..last of every lane, passing over the batch indices plan.taken(e, v) (a ResumePlan), each
-    epoch followed by its markers, and returns (batches, samples, {portion: sender id}); given
+    node, last epoch served) builds the portions and their Connections on the first call, their
+    cache(None) stages in job.cache (use_cache; a restarted actor is a new incarnation, with new
+    senders); run(first, last, plan, portions=None) sends epochs first..last of every lane, passing
+    over the batch indices plan.taken(e, v) (a ResumePlan), each epoch followed by its markers, and
+    returns (batches, samples, {portion: sender id}, (idle, busy)): the run's seconds waiting on the
+    hub (blocked in send, then until the hub confirmed everything) and the rest of it; given
     `portions` other than its own (the driver re-dealt them: workers="auto"), it first closes the
     lanes of the portions it gives up (their Connections sent nothing since the last run) and builds
     those it takes; close() lets queued messages leave.
@@ -153,20 +157,23 @@ class ServerActor:
         return self.incarnation, self.senders(), os.getpid(), node_address(require_ray()), self.served
 
     def run(self, first: int, last: int, plan: Any,
-            portions: list[int] | None = None) -> tuple[int, int, dict[int, str]]:
+            portions: list[int] | None = None) -> tuple[int, int, dict[int, str], tuple[float, float]]:
         if portions is not None and list(portions) != self.portions:
             self._deal(list(portions))
         self.hello()
-        counts = (0, 0)
-        for counts in send_epochs(self.lanes, last - first + 1, first, _Never(), _Never(), plan.taken):
+        start, clock, counts = time.perf_counter(), StageClock(), (0, 0)
+        for counts in send_epochs(self.lanes, last - first + 1, first, _Never(), _Never(), plan.taken, clock):
             pass
         self.served = last if self.served is None else max(last, self.served)
+        settling = time.perf_counter()
         if self.job.settle:
             for lane in self.lanes:
                 conn, lane.conn = lane.conn, None
                 conn.close(linger=None)  # until the hub confirmed everything (Undelivered if it went away)
                 lane.conn = self.job.connect(lane.portion)
-        return (*counts, self.senders())
+        end = time.perf_counter()
+        idle = clock.totals.get("send", [0.0])[0] + end - settling  # waiting on the hub (and the consumers)
+        return counts[0], counts[1], self.senders(), (idle, max(0.0, end - start - idle))
 
     def _deal(self, portions: list[int]) -> None:
         """Serve `portions` from now on: close the lanes of the others, keep those that stay (a lane

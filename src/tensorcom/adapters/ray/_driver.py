@@ -11,8 +11,9 @@ drops whatever still arrives from the dead incarnation and says which batches of
 took in each unfinished epoch, and the new incarnation serves those epochs again, passing over
 exactly those and the ones the consumers had before the serve (`after_handover`). Without a hub
 (connecting URLs) or with a feed that is not resumable (Ray Data), a dead actor ends the serve with
-WorkerDied. With workers="auto" (plan.scaling) the driver observes once a second while it waits and,
-before an epoch, creates or kills actors to the decided number, each run naming its portions. The
+WorkerDied. With workers="auto" (plan.scaling) the driver observes once a second while it waits (each
+finished run reports the actor's seconds waiting on the hub: its idle share) and, before an epoch,
+creates or kills actors to the decided number, each run naming its portions. The
 books of an epoch's runs (which actor has finished, which runs again after a restart) are a Roster,
 the pure core of the process owner (tensorcom.pipeline.processes).
 
@@ -195,14 +196,14 @@ class Serving:
 
     def _observe(self) -> None:
         """workers="auto": feed the scaling (at most once a second) the consumers' largest data wait
-        (the hub's consumer records), the actors' idle share (not measured: 0), the actors and Ray's
-        available CPUs."""
+        (the hub's consumer records), the actors and Ray's available CPUs; the actors' idle share is
+        what their finished runs reported (_collect)."""
         scaling = self.plan.scaling
         if scaling is None or not scaling.due(len(self.members)):
             return
         waits = [c.get("data_wait") for c in self.hub.server.status]
         data_wait = max([w for w in waits if isinstance(w, (int, float))], default=0.0)
-        scaling.observe(data_wait, 0.0, len(self.members), self.ray.available_resources().get("CPU", 0.0))
+        scaling.observe(data_wait, len(self.members), self.ray.available_resources().get("CPU", 0.0))
 
     def _main(self) -> None:
         try:
@@ -243,10 +244,12 @@ class Serving:
         """Member m's finished run: counted, or, when its actor died, a restart."""
         ref, m.run = m.run, None
         try:
-            batches, samples, m.senders = self._get(m, ref)
+            batches, samples, m.senders, (idle, busy) = self._get(m, ref)
         except WorkerDied:
             self._restart(m, epoch)
             return
+        if self.plan.scaling is not None:
+            self.plan.scaling.ran(idle, busy, len(self.members))
         self.runs.message(m.index, ("end", m.index, (batches, samples)))
         self.sent = (self.sent[0] + batches, self.sent[1] + samples)
 

@@ -1,6 +1,8 @@
 """Ray actors that scale themselves (tensorcom.ray's workers="auto"): the options' checks and the
-driver's pure core, ActorScaling, which turns one observation a second into the number of actors
-for the next epoch. The driver (tensorcom.adapters.ray._driver) owns the actors and acts.
+driver's pure core, ActorScaling, which turns one observation a second (the consumers' data wait,
+the actors' idle share as their runs report it) into the number of actors for the next epoch, more
+or fewer: the decision is tensorcom.pipeline.autoscale.Autoscaler's, the local serving processes'.
+The driver (tensorcom.adapters.ray._driver) owns the actors and acts.
 
 V (the stream's portions) is fixed: `portions`, the resumed state's, else max_workers; from
 min_workers to the ceiling, min(max_workers, V, Ray's CPUs / CPUs per actor), actors serve it,
@@ -53,25 +55,39 @@ class ActorScaling:
 
     due(actors) says whether an observation is wanted: at most every `every` seconds (the first at
     once), never while `actors` differs from `target` (a change waits for the epoch boundary).
-    observe(data_wait, idle_share, actors, idle_cpus): the consumers' data wait, the actors' idle
-    share, the actors now and Ray's available CPUs in; `target` moves by the scaler's step within
-    minimum..ceiling; returns True when it changed."""
+    ran(idle, busy, actors): an actor's finished run (ServerActor.run) served by `actors` actors, its
+    seconds waiting on the hub and the rest. idle_share(): the share of waiting of the finished runs
+    of `target` actors (0 before the first: the scaler then never removes one); what the local
+    serving processes' stage records tell their autoscaler (tensorcom.pipeline._supervisor), known
+    here as each run ends. observe(data_wait, actors, idle_cpus): the consumers' data wait, the
+    actors now and Ray's available CPUs in, with idle_share(); `target` moves by the scaler's step
+    within minimum..ceiling; returns True when it changed."""
 
     def __init__(self, scaler: Any, minimum: int, ceiling: int, every: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):
         self.scaler, self.minimum, self.ceiling, self.target = scaler, minimum, ceiling, minimum
         self.clock = clock
         self.throttle = Throttle(every, clock, start=float("-inf"))
+        self.seconds = {"idle": 0.0, "busy": 0.0}  # of the finished runs of `target` actors
+
+    def ran(self, idle: float, busy: float, actors: int) -> None:
+        if actors == self.target:
+            self.seconds["idle"] += idle
+            self.seconds["busy"] += busy
+
+    def idle_share(self) -> float:
+        total = self.seconds["idle"] + self.seconds["busy"]
+        return self.seconds["idle"] / total if total > 0 else 0.0
 
     def due(self, actors: int) -> bool:
         return actors == self.target and self.throttle.due()
 
-    def observe(self, data_wait: float, idle_share: float, actors: int, idle_cpus: float | None) -> bool:
-        step = self.scaler.observe(self.clock(), data_wait, idle_share, actors, idle_cpus)
+    def observe(self, data_wait: float, actors: int, idle_cpus: float | None) -> bool:
+        step = self.scaler.observe(self.clock(), data_wait, self.idle_share(), actors, idle_cpus)
         target = max(self.minimum, min(self.ceiling, actors + step))
         if target == self.target:
             return False
-        self.target = target
+        self.target, self.seconds = target, {"idle": 0.0, "busy": 0.0}
         decided = getattr(self.scaler, "decided", None)
         if decided is not None:
             decided(target)
