@@ -79,17 +79,29 @@ def consume(url: str, ids: list, during=None) -> None:
 
 
 def test_two_actors_deliver_one_epoch_exactly(ray_instance, free_port):
+    """...and the driver's metrics endpoint (metrics=) tells the hub's totals, the actors and the
+    seconds their runs waited on the hub (its consumers' records: tensorcom.pipeline.observe's, as
+    tensorcom.serve's, tests/pipeline/test_observe.py)."""
+    import json
+    import urllib.request
+
     from tensorcom.adapters import ray as tray
 
     url = f"zsplit://127.0.0.1:{free_port()}"
     ids: list[int] = []
-    with tray.start(FACTORY, url, workers=2, epochs=1, host="127.0.0.1", report=None, name="ids") as serving:
+    with tray.start(FACTORY, url, workers=2, epochs=1, host="127.0.0.1", report=None, name="ids",
+                    metrics="127.0.0.1:0") as serving:
         assert serving.urls == [url.replace("zsplit", "zjoin")]
         assert tray.endpoints("ids") == serving.urls  # what a trainer connected to the cluster finds
         consume(serving.urls[0], ids)
         result = serving.wait(timeout=60)
         pids = [m.pid for m in serving.members]
         assert len(set(pids)) == 2 and all(alive(pid) for pid in pids)
+        base = serving.figures.endpoint.url
+        record = json.loads(urllib.request.urlopen(base + "status.json", timeout=10).read())
+        metrics = urllib.request.urlopen(base + "metrics", timeout=10).read().decode()
+    assert record["workers"] == 2 and record["batches"] == SAMPLES // BATCH
+    assert record["idle_s"] > 0 and record["busy_s"] > 0 and "tensorcom_workers 2.0" in metrics
     assert sorted(ids) == list(range(SAMPLES))
     assert result["batches"] == SAMPLES // BATCH and result["samples"] == SAMPLES and result["restarts"] == 0
     assert wait_gone(pids) == []

@@ -1,5 +1,5 @@
 """`--metrics HOST:PORT` of the server tools: the plan passes it to tensorcom.serve, a malformed
-address is a usage error, --ray refuses it (the endpoint itself: tests/pipeline/test_observe.py);
+address is a usage error, with --ray it goes to tensorcom.ray (the endpoint itself: tests/pipeline/test_observe.py);
 `--no-timing` passes timing=False."""
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ def test_a_malformed_address_is_a_usage_error(capsys):
     assert exit_.value.code == 2 and "HOST:PORT" in capsys.readouterr().err
 
 
-def test_ray_refuses_metrics():
-    with pytest.raises(ValueError, match="--metrics"):
-        plan_of(["m:f", "zsplit://127.0.0.1:7880", "--ray", "2", "--metrics", ":0"])
+def test_ray_takes_metrics():
+    """With --ray the driver serves the endpoint (tensorcom.ray's metrics=; tests/adapters/test_ray.py)."""
+    from tensorcom.adapters import ray
+
+    plan = plan_of(["m:f", "zsplit://127.0.0.1:7880", "--ray", "2", "--metrics", ":0"])
+    assert plan.serve.func is ray.serve and plan.options["metrics"] == ":0"
 
 
 @pytest.mark.parametrize("parser,argv,workers", [

@@ -276,9 +276,7 @@ def serve_plan(args: argparse.Namespace, workers: int | None) -> ServePlan:
     options: dict = {"resume": args.resume}
     if args.portions is not None:
         options["portions"] = args.portions
-    if args.metrics is not None:
-        if args.ray is not None:
-            raise ValueError("--metrics serves the local publishers' figures; it does not work with --ray yet")
+    if args.metrics is not None:  # with --ray: the driver's figures (tensorcom.ray)
         options["metrics"] = args.metrics
     if not args.timing and args.ray is None:  # Ray actors do not time their stages
         options["timing"] = False

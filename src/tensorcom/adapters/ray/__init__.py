@@ -41,8 +41,8 @@ thread, kills every actor and the hub, and shuts Ray down when start() started i
 takes its actors along (Ray kills the actors of a dead owner).
 
 Modules: _actors (what runs in the actors: the feeds, ServerActor, Directory), _driver (Serving: the
-epochs, restarts, rescaling and reports), _scaling (workers="auto": checks and ActorScaling); this
-module holds the entry points and checks the options.
+epochs, restarts and rescaling), _figures (the reports and the metrics endpoint), _scaling
+(workers="auto": checks and ActorScaling); this module holds the entry points and checks the options.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
                 report: float | None = 10.0, on_report: Callable[[dict], None] | None = None,
                 min_consumers: int = 1, sharing: dict | None = None, curve: Any = None,
                 connection_options: dict | None = None, linger: float = DEFAULT_LINGER,
-                portions: int | None = None, scaling: tuple | None = None, cache: Any = None) -> Serving:
+                portions: int | None = None, scaling: tuple | None = None, cache: Any = None,
+                metrics: str | None = None) -> Serving:
     """Start one actor per feed (actor i serves feeds[i].open(v, V) for its portions v) sending to `url`.
 
     url: zshare:// or zsplit:// (the driver binds it; "HOST:*" takes a free port; actors restart without
@@ -158,7 +159,9 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     min_workers when max_workers is None) copies of one PipelineFeed. cache: the directory of the
     pipeline's cache(None) stages (decoded images, tensorcom.pipeline.cache), the same path on every
     node (relative: to this process's working directory) and each node's own: its actors share its
-    files; a node without the directory makes it."""
+    files; a node without the directory makes it. metrics: "HOST:PORT" (port 0: a free one) of the
+    driver's metrics endpoint, as tensorcom.serve's: the hub's totals and consumers (their data wait),
+    the actors and their runs' seconds waiting on the hub (idle) and the rest (busy)."""
     ray = require_ray()
     sharing_urls = check_urls(url, len(feeds))
     cache = None if cache is None else os.path.abspath(cache)
@@ -192,7 +195,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
         restarts = max_restarts if hub is not None else 0
         plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
                     [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],
-                    report, on_report, own_ray, auto)
+                    report, on_report, own_ray, auto, metrics)
         serving = Serving(ray, feeds, plan)
         return serving.launch(name)
     except BaseException:

@@ -17,7 +17,7 @@ creates or kills actors to the decided number, each run naming its portions. The
 books of an epoch's runs (which actor has finished, which runs again after a restart) are a Roster,
 the pure core of the process owner (tensorcom.pipeline.processes).
 
-Who shuts down: Serving.close() stops the driver thread, kills every actor and the Directory, aborts
+Who shuts down: Serving.close() closes the metrics endpoint (_figures), stops the driver thread, kills every actor and the Directory, aborts
 the hub unless it finished, and shuts Ray down when start() started it.
 """
 
@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tensorcom.adapters.ray._actors import NAMESPACE, Directory, ServerActor, Stored, node_address
+from tensorcom.adapters.ray._figures import Figures
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline.processes import Roster
 from tensorcom.pipeline.serving import ServeJob
 from tensorcom.pipeline.shared_serving import finish_hub
-from tensorcom.rates import RateReport
 from tensorcom.transport.index_set import IndexSet
 from tensorcom.transport.resume import ResumePlan
 
@@ -65,8 +65,9 @@ class Member:
 class Plan:
     """What the driver runs: the `hub` (None: actors push to job.urls), the actors' `job`, the
     `resume` plan (stream, first epoch, batches the consumer had), `epochs` to serve (None: forever),
-    per-actor Ray `actor_options`, `report` seconds / `on_report`, whether start() started Ray, and
-    with workers="auto" the `scaling` that decides the actors of each epoch."""
+    per-actor Ray `actor_options`, `report` seconds / `on_report`, whether start() started Ray, with
+    workers="auto" the `scaling` that decides the actors of each epoch, and the `metrics` endpoint's
+    "HOST:PORT" (None: none; _figures)."""
 
     hub: Any
     job: ServeJob
@@ -77,6 +78,7 @@ class Plan:
     on_report: Callable[[dict], None] | None
     own_ray: bool
     scaling: Any = None  # workers="auto": the ActorScaling (tensorcom.adapters.ray._scaling)
+    metrics: str | None = None
 
 
 class Serving:
@@ -89,7 +91,6 @@ class Serving:
         self.stop, self.done = threading.Event(), threading.Event()
         self.error: BaseException | None = None
         self.result: dict | None = None
-        self.restarts, self.sent = 0, (0, 0)
         self.members: list[Member] = []
         self.runs = Roster("serving actor", 0)  # the books of the epoch's runs (tensorcom.pipeline.processes)
         self.feed_refs: list = []
@@ -97,7 +98,7 @@ class Serving:
         self.directory: Any = None
         self.host = ""  # the driver's node address
         self.thread = threading.Thread(target=self._main, name="tensorcom-ray-driver", daemon=True)
-        self.reports = RateReport(plan.report, plan.on_report, plan.hub)
+        self.figures = Figures(plan.report, plan.on_report, plan.hub, lambda: len(self.members))
 
     def launch(self, name: str | None) -> Serving:
         """Create the actors, wait until each has built its portion, start the driver thread; with
@@ -113,7 +114,8 @@ class Serving:
         if name is not None:
             self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
                                                                 num_cpus=0).remote(self.urls)
-        self.reports.start = time.monotonic()
+        self.figures.open_metrics(self.plan.metrics)
+        self.figures.started()
         self.thread.start()
         return self
 
@@ -140,6 +142,7 @@ class Serving:
         """Stop the driver thread, kill every actor, stop the hub, shut Ray down if start() started
         it. Safe twice."""
         atexit.unregister(self.close)
+        self.figures.close_metrics()
         self.stop.set()
         if self.hub is not None and self.thread.is_alive():
             self.hub.server.stop.set()  # a driver thread waiting for the consumers returns at once
@@ -237,7 +240,7 @@ class Serving:
                     self._collect(m, epoch)
             else:
                 self._probe(epoch)
-            self._maybe_report()
+            self.figures.maybe_report()
             self._observe()
 
     def _collect(self, m: Member, epoch: int) -> None:
@@ -251,7 +254,7 @@ class Serving:
         if self.plan.scaling is not None:
             self.plan.scaling.ran(idle, busy, len(self.members))
         self.runs.message(m.index, ("end", m.index, (batches, samples)))
-        self.sent = (self.sent[0] + batches, self.sent[1] + samples)
+        self.figures.ran(batches, samples, idle, busy)
 
     def _probe(self, epoch: int) -> None:
         """While the hub waits for the end of `epoch`: ask each actor who it is; a new incarnation
@@ -288,7 +291,7 @@ class Serving:
             retire=[m.senders.get(portion)] if m.senders.get(portion) else []) for portion in m.portions}
         again = served_again(epoch, handovers, self.plan.resume)
         m.incarnation, m.senders, m.pid, m.node = incarnation, senders, pid, node
-        self.restarts += 1
+        self.figures.restarts += 1
         self.runs.revive(m.index)
         if again is None:  # the hub had ended `epoch` before the actor died: nothing is missing
             print(f"tensorcom.ray: serving actor {m.index} died after the hub had its epoch {epoch}; restarted as "
@@ -346,29 +349,8 @@ class Serving:
         else:
             for m, ref in [(m, m.actor.close.remote()) for m in self.members]:
                 self._get(m, ref)
-        self._maybe_report(force=True)
-        self.result = {**self.stats(overall=True), **({"consumers": consumers} if consumers is not None else {})}
-
-    def totals(self) -> tuple[int, int]:
-        """(batches, samples): taken by the hub, else sent by finished runs."""
-        if self.hub is None:
-            return self.sent
-        return self.hub.server.input_batches, self.hub.server.input_samples
-
-    def stats(self, overall: bool = False) -> dict:
-        """Totals and rates over the window of tensorcom.rates (since the first batch when `overall`)."""
-        return {**self.reports.stats(self.totals(), overall), "workers": len(self.members), "restarts": self.restarts}
-
-    def _maybe_report(self, force: bool = False) -> None:
-        """A rate line (or on_report) every `report` seconds from the first batch, and when `force`."""
-        self.reports.add(self.totals())
-        self.reports.maybe_report(self.stats, _rate_line, force)
-
-
-def _rate_line(stats: dict) -> str:
-    return (f"serve (ray): {stats['batches_per_s']:.1f} batches/s, {stats['samples_per_s']:.1f} samples/s "
-            f"(total {stats['batches']} batches, {stats['samples']} samples, {stats['workers']} actors, "
-            f"{stats['restarts']} restarts)")
+        self.figures.maybe_report(force=True)
+        self.result = {**self.figures.stats(overall=True), **({"consumers": consumers} if consumers is not None else {})}
 
 
 class _Stopped(Exception):
