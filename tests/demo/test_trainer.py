@@ -11,9 +11,10 @@ from tensorcom.demo.backends import make_trainer, torch_available
 from tensorcom.demo.trainer import NumpyTrainer, pooled_features
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def keep_torch_threads():
-    """TorchTrainer sets torch's process-wide thread count; put it back for the other tests."""
+    """TorchTrainer sets torch's process-wide thread count; put it back for the other tests. (Not autouse:
+    the tests that make no torch trainer, the isolated JAX one above all, need not import torch.)"""
     if not torch_available():
         yield
         return
@@ -55,7 +56,7 @@ def test_numpy_trainer_learns():
 
 
 @pytest.mark.skipif(not torch_available(), reason="torch not installed")
-def test_torch_trainer_learns():
+def test_torch_trainer_learns(keep_torch_threads):
     trainer = make_trainer(3, backend="torch", seed=1)
     assert trainer.backend == "torch"
     assert train(trainer) >= 0.95
@@ -63,7 +64,7 @@ def test_torch_trainer_learns():
     assert predictions.shape == (5,) and predictions.dtype == np.int64
 
 
-def test_auto_backend_matches_availability():
+def test_auto_backend_matches_availability(keep_torch_threads):
     assert make_trainer(4).backend == ("torch" if torch_available() else "numpy")
 
 
@@ -93,13 +94,16 @@ def test_bad_arguments(kwargs):
 @pytest.mark.isolated  # JAX never starts in the test process (tests/conftest.py)
 def test_jax_trainer_pads_the_short_batch_and_predicts():
     """One compiled shape: the last, shorter batch is padded (weight 0), so its loss is its own."""
+    import functools
+
     from tensorcom.demo.jax_trainer import forward
 
     trainer = make_trainer(3, backend="jax", seed=1)
     jax = trainer.jax
     images, labels = blobs(32, seed=0)
     trainer.step(images, labels)
-    logits = np.asarray(forward(jax, trainer.params, jax.numpy.asarray(images[:5])), np.float64)
+    compiled = jax.jit(functools.partial(forward, jax))  # one compilation, not one per operation
+    logits = np.asarray(compiled(trainer.params, jax.numpy.asarray(images[:5])), np.float64)
     log_p = logits - logits.max(axis=1, keepdims=True)
     log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
     loss = trainer.step(images[:5], labels[:5])  # padded to 32 rows, 27 of them of weight 0
