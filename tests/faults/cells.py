@@ -86,6 +86,7 @@ class Run:
     liveness: float
     errors: int
     length: float = LONG  # seconds of a long fault (partition, SIGSTOP)
+    every: float = 0.0  # the fault's least seconds between a server's batches (0: the scheme's pace)
     servers: list[Proc] = field(default_factory=list)
     consumers: list[Proc] = field(default_factory=list)
     killed: set[Proc] = field(default_factory=set)
@@ -112,7 +113,7 @@ class Run:
     def start_server(self, first: int = 0) -> Proc:
         proc = self.net.python("server", "peers.py", "serve", self.urls()[0], "--batches", str(BATCHES),
                                "--batch", str(BATCH), "--first", str(first), "--liveness", str(self.liveness),
-                               "--every", str(self.scheme.every),
+                               "--every", str(max(self.every, self.scheme.every)),
                                "--min-consumers", str(self.scheme.consumers), name=f"server{len(self.servers)}")
         self.servers.append(proc)
         return proc
@@ -305,7 +306,8 @@ def kill_consumer(run: Run) -> None:
 class Fault:
     """A row of the matrix: how to inject it, the liveness window its peers use, how many exceptions a
     consumer takes before giving up, how long a long fault lasts, what to set up before the peers start,
-    and whether it is `slow` (the issue's full 30 s against a 10 s window: not in the default run)."""
+    whether it is `slow` (the issue's full 30 s against a 10 s window: not in the default run), and the least
+    pause between its servers' batches (`every`; 0: the scheme's pace)."""
 
     name: str
     inject: Callable[[Run], None]
@@ -314,6 +316,7 @@ class Fault:
     prepare: Callable[[Run], None] | None = None
     length: float = LONG
     slow: bool = False
+    every: float = 0.0
 
 
 FAULTS = {f.name: f for f in [
@@ -325,7 +328,9 @@ FAULTS = {f.name: f for f in [
     Fault("stop-server", stop_server, SHORT_LIVENESS, errors=3),
     Fault("stop-consumer", stop_consumer, SHORT_LIVENESS, errors=3),
     Fault("kill-server", kill_server, SHORT_LIVENESS, errors=6),  # PeerLost each window until the new server is up
-    Fault("kill-consumer", kill_consumer, SHORT_LIVENESS, errors=2),
+    # paced so that the stream (15 s) outlasts the start of the replacement on a loaded machine: a
+    # replacement that comes after the last batch waits for a server that has gone
+    Fault("kill-consumer", kill_consumer, SHORT_LIVENESS, errors=2, every=0.05),
     Fault("partition-30s", partition_long, LIVENESS, errors=5, length=30.0, slow=True),
     Fault("stop-server-30s", stop_server, LIVENESS, errors=3, length=30.0, slow=True),
     Fault("stop-consumer-30s", stop_consumer, LIVENESS, errors=3, length=30.0, slow=True),
@@ -336,7 +341,7 @@ def run_cell(fault: Fault, scheme: Scheme) -> Run:
     """Run one cell in namespaces of its own; returns the Run (its processes dead, its Net closed)."""
     hosts = ["server", "mid", "client"] if fault.prepare else ["server", "client"]
     with Net(hosts) as net:
-        run = Run(net, scheme, fault.liveness, fault.errors, fault.length)
+        run = Run(net, scheme, fault.liveness, fault.errors, fault.length, every=fault.every)
         if fault.prepare:
             fault.prepare(run)
         try:
