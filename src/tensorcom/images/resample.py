@@ -90,9 +90,10 @@ def _resize_pil(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool) -
 
 class _Torch(threading.local):
     """torch's kernels, looked up once per process: `resize` the antialiased bilinear one that writes
-    into a given NCHW view of an NHWC buffer (None where this torch lacks it, then F.interpolate),
-    `flip` torch.flip writing into a given tensor (None: flip and copy); and per thread one scratch
-    buffer, what a flipped result is resized into before it is mirrored into its destination."""
+    into a given NCHW view of an NHWC buffer (torch._C's binding, else the aten op's, else None: then
+    F.interpolate and a copy), `flip` torch.flip writing into a given tensor (None: flip and copy);
+    and per thread one scratch buffer, what a flipped result is resized into before it is mirrored
+    into its destination."""
 
     resize: Any = None
     flip: Any = None
@@ -103,37 +104,53 @@ class _Torch(threading.local):
     def find(cls) -> None:
         import torch
 
-        aa = getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None)
-        flip = getattr(torch.ops.aten, "flip", None)
-        cls.resize, cls.flip = getattr(aa, "out", None), getattr(flip, "out", None)
+        aten = torch.ops.aten
+        candidates = (getattr(torch._C._nn, "_upsample_bilinear2d_aa", None),
+                      getattr(getattr(aten, "_upsample_bilinear2d_aa", None), "out", None))
+        cls.resize = next((kernel for kernel in candidates if kernel is not None and _works(kernel)), None)
+        cls.flip = getattr(getattr(aten, "flip", None), "out", None)
         cls.found = True
 
-    def buffer(self, shape: tuple[int, int]):
-        """This thread's (h, w, 3) uint8 scratch tensor (made anew when the shape changes)."""
+    def buffer(self, height: int, width: int):
+        """This thread's scratch buffer as (NCHW view, HWC tensor), made anew when the size changes."""
         import torch
 
-        if self.scratch is None or tuple(self.scratch.shape[:2]) != shape:
-            self.scratch = torch.empty((*shape, 3), dtype=torch.uint8)
+        if self.scratch is None or self.scratch[1].shape[:2] != (height, width):
+            hwc = torch.empty((height, width, 3), dtype=torch.uint8)
+            self.scratch = (hwc.unsqueeze(0).permute(0, 3, 1, 2), hwc)
         return self.scratch
+
+
+def _works(kernel) -> bool:
+    """Whether `kernel` resizes into a given NCHW view of NHWC memory as F.interpolate does."""
+    import torch
+    import torch.nn.functional as F
+
+    source = torch.arange(60, dtype=torch.uint8).reshape(1, 4, 5, 3).permute(0, 3, 1, 2)
+    target = torch.empty((1, 2, 3, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+    try:
+        kernel(source, [2, 3], False, None, None, out=target)
+    except (RuntimeError, TypeError):
+        return False
+    return bool(torch.equal(target, F.interpolate(source, size=(2, 3), mode="bilinear", antialias=True)))
 
 
 _torch = _Torch()
 
 
 def _interpolate(source, target) -> None:
-    """Resize NCHW uint8 `source` into `target` (h, w, 3), antialiased bilinear: the kernel that writes
-    straight into the NHWC buffer (no NCHW result to copy), else F.interpolate and a copy."""
-    size = [target.shape[0], target.shape[1]]
+    """Resize NCHW uint8 `source` into `target`, an NCHW view of an NHWC buffer, antialiased
+    bilinear: the kernel that writes straight into it, else F.interpolate and a copy."""
+    size = [target.shape[2], target.shape[3]]
     if _torch.resize is not None:
         try:
-            _torch.resize(source, size, False, None, None, out=target.unsqueeze(0).permute(0, 3, 1, 2))
+            _torch.resize(source, size, False, None, None, out=target)
             return
         except (RuntimeError, TypeError):
             pass
     import torch.nn.functional as F
 
-    scaled = F.interpolate(source, size=size, mode="bilinear", antialias=True, align_corners=False)
-    target.copy_(scaled[0].permute(1, 2, 0))
+    target.copy_(F.interpolate(source, size=size, mode="bilinear", antialias=True, align_corners=False))
 
 
 def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool,
@@ -141,7 +158,8 @@ def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool,
     """torch: crop to the box rounded to whole pixels (a view), then interpolate channels-last uint8
     into the (h, w, 3) result or `into` (C-contiguous, writable); a flip resizes into this thread's
     scratch buffer and mirrors that into the result (no tensor allocated per call). No autograd is
-    recorded: uint8 tensors never require grad."""
+    recorded: uint8 tensors never require grad. The NCHW views are made by numpy (cheaper than
+    torch's permute)."""
     import torch
 
     if not _torch.found:
@@ -149,17 +167,16 @@ def _resize_torch(image: np.ndarray, box: Box, out: tuple[int, int], flip: bool,
     h, w = image.shape[:2]
     left, top = min(max(0, round(box[0])), w - 1), min(max(0, round(box[1])), h - 1)
     right, bottom = max(left + 1, min(w, round(box[2]))), max(top + 1, min(h, round(box[3])))
-    source = torch.from_numpy(image[top:bottom, left:right, :3]).permute(2, 0, 1).unsqueeze(0)  # NCHW view
+    source = torch.from_numpy(image[None, top:bottom, left:right, :3].transpose(0, 3, 1, 2))
     if into is None:
         into = np.empty((out[1], out[0], 3), np.uint8)
-    result = torch.from_numpy(into)
     if not flip:
-        _interpolate(source, result)
+        _interpolate(source, torch.from_numpy(into[None].transpose(0, 3, 1, 2)))
         return into
-    scratch = _torch.buffer((out[1], out[0]))
-    _interpolate(source, scratch)
+    nchw, hwc = _torch.buffer(out[1], out[0])
+    _interpolate(source, nchw)
     if _torch.flip is not None:
-        _torch.flip(scratch, [1], out=result)
+        _torch.flip(hwc, [1], out=torch.from_numpy(into))
     else:
-        result.copy_(scratch.flip(1))
+        torch.from_numpy(into).copy_(hwc.flip(1))
     return into
