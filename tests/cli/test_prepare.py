@@ -4,6 +4,7 @@ pipelines then map every image from it."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import numpy as np
 
 from tensorcom.cli.main import main
 from tensorcom.imagecodec import encode_image
+from tensorcom.pipeline._cache_store import EntryStore, entry_bytes
 
 
 def write_tree(root, count=12):
@@ -29,8 +31,15 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def entries(directory) -> list[str]:
-    return sorted(os.path.join(d, n) for d, _, names in os.walk(directory) for n in names if n.endswith(".ten"))
+def index_of(cache) -> str:
+    """The index of the one cache directory under `cache`."""
+    [index] = [os.path.join(d, "index.log") for d, _, names in os.walk(cache) if "index.log" in names]
+    return index
+
+
+def entries(cache) -> int:
+    """How many keys the cache under `cache` holds."""
+    return len(EntryStore(os.path.dirname(index_of(cache))))
 
 
 def test_prepare_fills_resumes_and_the_server_only_maps_from_the_cache(tmp_path, capsys, free_port, popen):
@@ -38,20 +47,18 @@ def test_prepare_fills_resumes_and_the_server_only_maps_from_the_cache(tmp_path,
     cache = tmp_path / "cache"
     assert main(["prepare", str(tmp_path / "data"), "--cache", str(cache), "-w", "2", "-q"]) == 0
     assert capsys.readouterr().out.strip() == "12 images: 12 stored, 0 already there, 0 did not fit"
-    files = entries(cache)
-    assert len(files) == 12
-    for path in files[:5]:  # an interrupted run: these were never written, one was half written
-        os.unlink(path)
-    gone = _dead_pid()
-    torn = f"{files[0]}.{socket.gethostname()}.{gone}.0a1b2c3d.tmp"
+    assert entries(cache) == 12
+    index = index_of(cache)
+    os.truncate(index, 7 * 64)  # an interrupted run: 5 entries were never indexed, one was half written
+    torn = os.path.join(os.path.dirname(index), f"{socket.gethostname()}.{_dead_pid()}.0a1b2c3d4e5f6071.seg")
     with open(torn, "wb") as stream:
-        stream.write(b"~TenBin~")
+        stream.write(b"TcEntry1")
     assert main(["prepare", str(root), "--cache", str(cache), "-w", "0", "-q"]) == 0
-    assert capsys.readouterr().out.strip() == ("12 images: 5 stored, 7 already there, 0 did not fit; "
-                                               "1 files of killed writers removed")
-    assert not os.path.exists(torn)
-    before = inodes(cache)
-    assert sorted(before) == files
+    out = capsys.readouterr().out.strip()  # the torn segment, and the first run's with unindexed tails
+    assert re.fullmatch(r"12 images: 5 stored, 7 already there, 0 did not fit; [23] segments of killed writers cut", out)
+    segments = [size for path, size in sizes(cache).items() if path.endswith(".seg")]
+    assert not os.path.exists(torn) and entries(cache) == 12 and sum(segments) == 12 * entry_bytes(np.zeros((24, 32, 3), np.uint8))
+    before = sizes(cache)
 
     for jpeg in root.glob("*/*.jpg"):  # same size and time, bytes no decoder takes: only the cache can serve
         status = jpeg.stat()
@@ -59,11 +66,11 @@ def test_prepare_fills_resumes_and_the_server_only_maps_from_the_cache(tmp_path,
         os.utime(jpeg, ns=(status.st_atime_ns, status.st_mtime_ns))
     served = serve_one_epoch(tmp_path / "data", cache, free_port(), popen)
     assert sum(len(labels) for _, labels in served) == 12 and served[0][0].shape[1:] == (16, 16, 3)
-    assert inodes(cache) == before  # nothing was decoded and stored again: every image came from the cache
+    assert sizes(cache) == before  # nothing was decoded and stored again: every image came from the cache
 
 
-def inodes(directory) -> dict[str, int]:
-    return {path: os.stat(path).st_ino for path in entries(directory)}
+def sizes(directory) -> dict[str, int]:
+    return {os.path.join(d, n): os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(directory) for n in names}
 
 
 def serve_one_epoch(root, cache, port, popen) -> list:
@@ -107,6 +114,6 @@ def test_serve_gives_its_cache_directory_to_the_pipelines_cache_stage(tmp_path, 
         proc = popen.start(command, stderr=subprocess.PIPE, text=True)
         first, second = list(conn), list(conn)
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    assert len(entries(cache)) == 12
+    assert entries(cache) == 12
     assert [int(b["hit"].sum()) for b in first] == [0, 0] and [int(b["hit"].sum()) for b in second] == [6, 6]
     assert first[0]["image"].shape[1:] == (24, 32, 3)

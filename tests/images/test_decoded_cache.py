@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
+import struct
 import textwrap
 
 import numpy as np
@@ -18,9 +18,9 @@ from tensorcom.images.imagenet import Augment, collate_pair
 from tensorcom.pipeline import Pipeline
 from tensorcom.pipeline._cache_store import (
     EntryStore,
+    digest,
     entry_buffers,
     entry_bytes,
-    entry_name,
     remove_stale_temporaries,
 )
 from tensorcom.pipeline.cache import cache_directory
@@ -54,24 +54,40 @@ def outcomes(pipeline):
     return [sample["__cache__"] for sample in pipeline]
 
 
-def test_store_round_trip_is_a_writable_view_of_the_file(tmp_path):
+def segments(directory) -> list:
+    return sorted(path for path in directory.iterdir() if path.suffix == ".seg")
+
+
+def test_store_round_trip_is_a_writable_view_of_its_segment(tmp_path):
     store = EntryStore(tmp_path)
     image = np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3)
-    assert store.load("k") is None and not store.has("k")
+    assert store.load("k") is None and not store.has("k") and len(store) == 0
     assert store.save("k", image) == "stored"
-    assert os.path.getsize(tmp_path / entry_name("k")) == entry_bytes(image)
+    assert [path.stat().st_size for path in segments(tmp_path)] == [entry_bytes(image)]
     buffers = entry_buffers(image)  # what save writes: tenbin's bytes, the pixels a view of the array
     assert b"".join(map(bytes, buffers)) == bytes(tenbin.encode_buffer([image]))
     assert any(np.shares_memory(np.frombuffer(buffer, np.uint8), image) for buffer in buffers if len(buffer))
     loaded = store.load("k")
     assert np.array_equal(loaded, image) and not loaded.flags.owndata and loaded.flags.writeable
     loaded[0, 0, 0] = 255  # copy-on-write: the file keeps its bytes
-    assert store.load("k")[0, 0, 0] == 0
-    (tmp_path / entry_name("bad")).parent.mkdir(exist_ok=True)
-    (tmp_path / entry_name("bad")).write_bytes(b"not a tenbin file")
-    (tmp_path / entry_name("empty")).parent.mkdir(exist_ok=True)
-    (tmp_path / entry_name("empty")).write_bytes(b"")
-    assert store.load("bad") is None and store.load("empty") is None
+    assert store.load("k")[0, 0, 0] == 0 and EntryStore(tmp_path).load("k")[0, 0, 0] == 0
+
+
+def test_a_record_that_does_not_check_out_is_a_miss_never_a_wrong_image(tmp_path):
+    """Index records naming another key's entry, bytes past the segment's end, a segment that is not
+    there, or with a wrong magic: each is a miss, and whole records after them still count."""
+    store = EntryStore(tmp_path)
+    store.save("k", np.full((6, 6, 3), 5, np.uint8))
+    token = bytes.fromhex(segments(tmp_path)[0].name[:-4].rsplit(".", 1)[1])
+    length = entry_bytes(np.zeros((6, 6, 3), np.uint8)) - 64
+    bad = [(b"TcIndex1", digest("other"), token, 0, length), (b"TcIndex1", digest("past"), token, 64, length),
+           (b"TcIndex1", digest("gone"), b"\0" * 8, 0, length), (b"TcIndeX1", digest("magic"), token, 0, length)]
+    with open(tmp_path / "index.log", "ab") as index:
+        index.write(b"".join(struct.pack("<8s20s8sqq12x", *record) for record in bad))
+    store.save("after", np.full((6, 6, 3), 7, np.uint8))
+    reader = EntryStore(tmp_path)
+    assert [reader.load(key) for key in ("other", "past", "gone", "magic")] == [None] * 4
+    assert int(reader.load("k").max()) == 5 and int(reader.load("after").max()) == 7
 
 
 def test_first_epoch_stores_later_epochs_hit_the_same_pixels(tree, tmp_path):
@@ -128,8 +144,7 @@ def test_max_bytes_bounds_the_files_and_the_rest_is_decoded(tree, tmp_path):
     bounded = list(cached(tree, tmp_path, max_bytes=5 * one))
     assert [s["__cache__"] for s in bounded].count("stored") == 5
     assert [s["__cache__"] for s in bounded].count("full") == 7
-    files = [f for d, _, names in os.walk(tmp_path) for f in names if f.endswith(".ten")]
-    assert len(files) == 5
+    assert entries_of(tmp_path) == 5
     later = list(cached(tree, tmp_path, max_bytes=5 * one))  # the budget is shared through the directory
     assert sorted(s["__cache__"] for s in later) == ["full"] * 7 + ["hit"] * 5
     for before, after in zip(bounded, later):
@@ -150,7 +165,7 @@ def test_the_same_seed_gives_the_same_batches_from_the_cache_or_not_stage(tree, 
     assert len(cold) == len(warm) == len(uncached) == 4  # each portion of 6 ends with a batch of 2
     for a, b, c in zip(cold, warm, uncached):
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
-    assert not any(name.endswith(".ten") for _, _, names in os.walk(tmp_path / "none") for name in names)
+    assert not entries_of(tmp_path / "none")
     hits = augmented(tree, tmp_path)
     assert sum(len(batch[1]) for batch in hits) == 12 and hits.steps[0].args["fn"].counts["hit"] == 12
 
@@ -161,9 +176,9 @@ KILLED_WRITER = textwrap.dedent("""
     from tensorcom.pipeline import _cache_store
     store = _cache_store.EntryStore(sys.argv[1])
     store.save("whole", np.full((40, 50, 3), 7, np.uint8))
-    def killed(source, target):  # the data is written, the entry not yet renamed into place
+    def killed(fd, data):  # the entry is in the segment, its index record not yet appended
         os.kill(os.getpid(), signal.SIGKILL)
-    _cache_store.os.replace = killed
+    _cache_store.os.write = killed
     store.save("torn", np.full((40, 50, 3), 9, np.uint8))
 """)
 
@@ -171,22 +186,20 @@ KILLED_WRITER = textwrap.dedent("""
 def test_a_writer_killed_mid_write_leaves_no_entry_that_reads_as_valid(tmp_path, popen):
     proc = popen.python("-c", KILLED_WRITER, str(tmp_path))
     assert proc.wait(timeout=60) == -9
-    store = EntryStore(tmp_path)
-    leftovers = [name for _, _, names in os.walk(tmp_path) for name in names if name.endswith(".tmp")]
-    assert len(leftovers) == 1  # the torn write, under a name no reader opens
-    assert store.load("torn") is None and not store.has("torn")
+    store, one = EntryStore(tmp_path), entry_bytes(np.zeros((40, 50, 3), np.uint8))
+    [dead] = segments(tmp_path)
+    assert dead.stat().st_size == 2 * one  # the torn entry is there, no record points at it
+    assert store.load("torn") is None and not store.has("torn") and len(store) == 1
     assert np.array_equal(store.load("whole"), np.full((40, 50, 3), 7, np.uint8))
     assert store.save("torn", np.full((40, 50, 3), 9, np.uint8)) == "stored"  # the next writer succeeds
     assert int(store.load("torn").max()) == 9
-    mine = tmp_path / f"{entry_name('live')}.{socket.gethostname()}.{os.getpid()}.0.tmp"  # a live writer's
-    mine.parent.mkdir(exist_ok=True)
-    mine.write_bytes(b"")
-    assert remove_stale_temporaries(tmp_path) == 1 and mine.exists()
-    assert not [name for _, _, names in os.walk(tmp_path) for name in names if name.endswith(".tmp") and name != mine.name]
+    assert remove_stale_temporaries(tmp_path) == 1  # the killed writer's tail is cut, this live one's kept
+    assert dead.stat().st_size == one and [path.stat().st_size for path in segments(tmp_path)] == [one, one]
+    assert int(EntryStore(tmp_path).load("whole").max()) == 7 and int(EntryStore(tmp_path).load("torn").max()) == 9
 
 
 def test_entries_are_fsynced_only_when_durable(tmp_path, monkeypatch):
-    """A kill cannot tear a renamed entry (test above); fsync only guards against a power loss: opt-in."""
+    """A kill cannot tear an indexed entry (test above); fsync only guards against a power loss: opt-in."""
     synced = []
     monkeypatch.setattr(os, "fsync", synced.append)
     assert EntryStore(tmp_path / "fast").save("k", np.zeros((4, 4, 3), np.uint8)) == "stored" and synced == []
@@ -228,13 +241,14 @@ def test_shards_are_keyed_by_url_and_key(tmp_path):
         assert np.array_equal(a["jpg"], b["jpg"]) and a["__key__"] == b["__key__"]
 
 
-def test_a_replaced_entry_leaves_a_reader_s_map_intact(tmp_path):
-    """Writers of the same entry replace it by rename: a map taken before keeps its own bytes."""
+def test_two_writers_of_one_key_leave_a_reader_s_map_intact(tmp_path):
+    """Writers of the same entry append without a lock: a map taken before keeps its own bytes, and a
+    reader that comes later takes the latest record."""
     store = EntryStore(tmp_path)
     store.save("k", np.full((8, 8, 3), 1, np.uint8))
     before = store.load("k")
     assert EntryStore(tmp_path).save("k", np.full((8, 8, 3), 2, np.uint8)) == "stored"
-    assert int(before.max()) == 1 and int(store.load("k").max()) == 2
+    assert int(before.max()) == 1 and int(EntryStore(tmp_path).load("k").max()) == 2
 
 
 def test_decoded_images_are_writable_whether_stored_or_not(tree):
@@ -254,11 +268,12 @@ def test_the_servers_pipeline_gives_the_same_bits_from_the_cache_or_not(tree, tm
 
     cold, warm = run(cache=str(tmp_path)), run(cache=str(tmp_path))
     unstored, plain = run(0, cache=str(tmp_path / "none"), cache_max_bytes=0), run(0)
-    assert len(entries_of(tmp_path)) == 12 and not entries_of(tmp_path / "none")
+    assert entries_of(tmp_path) == 12 and not entries_of(tmp_path / "none")
     assert len(cold) == len(warm) == len(unstored) == len(plain) >= 3
     for a, b, c, d in zip(cold, warm, unstored, plain):
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], c[0]) and np.array_equal(a[1], d[1])
 
 
-def entries_of(directory) -> list[str]:
-    return [name for _, _, names in os.walk(directory) for name in names if name.endswith(".ten")]
+def entries_of(directory) -> int:
+    """How many keys the caches under `directory` hold."""
+    return sum(len(EntryStore(folder)) for folder, _, names in os.walk(directory) if "index.log" in names)

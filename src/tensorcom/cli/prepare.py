@@ -4,10 +4,11 @@
 
 DIR_OR_SHARDS is what serve-imagenet-dir (-d: an ImageFolder tree, DIR/train when that exists) or
 serve-imagenet-shards (-u: brace-expanded shard URLs) reads; with the same --cache options those
-servers then map every image from CACHE instead of decoding it (tensorcom.pipeline.cache). W worker
-processes (default: one per CPU) decode disjoint parts; a progress line counts the images. Resumable:
-an image whose entry is already there is skipped (counted "already there"), so an interrupted run
-continues where it stopped; the temporary files of this host's killed writers are removed first. The last line says how many were stored, already there, and did not fit
+servers then map every image from CACHE instead of decoding it (tensorcom.images.decoded_cache). W
+worker processes (default: one per CPU) decode disjoint parts; a progress line counts the images.
+Resumable: an image whose entry is already there is skipped (counted "already there"), so an
+interrupted run continues where it stopped; what this host's killed writers left unindexed in their
+segments is cut off first. The last line says how many were stored, already there, and did not fit
 under --cache-max-bytes.
 """
 
@@ -79,5 +80,5 @@ def main(argv: list[str] | None = None) -> int:
             counts[done] += 1
             shown.update(1, stored=counts["stored"])
     print(f"{sum(counts.values())} images: {counts['stored']} stored, {counts['hit']} already there, "
-          f"{counts['full']} did not fit" + (f"; {stale} files of killed writers removed" if stale else ""))
+          f"{counts['full']} did not fit" + (f"; {stale} segments of killed writers cut" if stale else ""))
     return 0

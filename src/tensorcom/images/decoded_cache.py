@@ -107,7 +107,7 @@ class DecodedCache:
         return {**sample, field: array, "__cache__": outcome}
 
     def remove_stale(self) -> int:
-        """Delete the temporary files of this host's killed writers; how many (tensorcom prepare)."""
+        """Cut what this host's killed writers left unindexed in their segments; how many (tensorcom prepare)."""
         return remove_stale_temporaries(self.directory)
 
     def has(self, sample: dict) -> bool:

@@ -1,30 +1,38 @@
-"""The files of a decoded-image cache: one `.ten` file per entry, written atomically, read by mmap.
+"""The files of a decoded-image cache: append-only segments, one per writing process, and one index.
 
     store = EntryStore(directory, max_bytes=None, durable=False)   directory: one cache's sub-directory
-    store.load(key)           the stored uint8 array, a zero-copy view of the file (None: no valid entry)
+    store.load(key)           the stored uint8 array, a zero-copy view of its segment (None: no valid entry)
     store.save(key, array)    "stored", or "full" when it would pass max_bytes (nothing written)
-    store.has(key)            whether an entry file exists (what `tensorcom prepare` skips)
-    remove_stale_temporaries(directory)   delete what killed writers of this host left (tensorcom prepare)
-    entry_name(key)           "ab/<sha1 of key>.ten": the entry's path inside the directory (pure)
+    store.has(key)            whether the index holds an entry for `key` (what a resumed fill skips)
+    len(store)                how many keys have an entry
+    remove_stale_temporaries(directory)   cut what killed writers of this host left unindexed (tensorcom prepare)
+    entry_buffers(array), entry_bytes(array)   an entry's `.ten` bytes as buffers to write, and its size
 
-Why one file per entry and not append-only segments with an index: an entry becomes visible only by
-`os.replace` of a completely written temporary file, so a writer killed at any point (SIGKILL
-included) leaves at most a `.tmp` file that no reader opens, and writers of the same entry in several processes (workers,
-servers, jobs) need no lock: the last rename wins, and both wrote the same bytes. Nothing is shared
-but the file system, so no index can disagree with the data, resuming a fill is "skip what exists",
-and every process maps the same pages of the page cache. The cost is one inode per image (4 KiB of
-slack at most, under 2% of a 256-pixel RGB image); the 256 sub-directories keep directories small.
+Layout: each process that stores entries appends them to a segment of its own, `<host>.<pid>.<token>.seg`
+(created on its first save), and after each entry one 64-byte record to `index.log`, shared by every
+writer (O_APPEND): [magic, sha1 of the key, the segment's token, offset, length]. An entry in a segment
+is a 64-byte prefix [magic, sha1 of the key, length] followed by the `.ten` file of the array (tenbin:
+one HWC or HW uint8 array). Readers read the index (only what was appended since they last looked),
+keep each segment open, map each entry where they load it (copy-on-write, ACCESS_COPY: the array is
+writable for its user, torch.from_numpy needs that, while its pages stay shared until someone writes
+to them; what one user writes, no other load sees) and hand out a view of that map: no file is
+opened, created or renamed per entry, and every process of the machine maps the same pages of the
+page cache.
 
-No fsync by default: a killed process cannot tear an entry (the rename follows the whole write and
-the kernel keeps what was written), and a reader checks the entry's exact size and shape. Only a
-power loss or kernel crash can leave a renamed entry whose data never reached the disk (typically
-zero-filled or short: short is a miss, zero-filled would read as a black image). `durable=True`
-fsyncs each entry before its rename, closing that case at a cost of the order of the decode itself.
+Crash safety: a record is appended only after its entry is completely written, so a writer killed at
+any point (SIGKILL included) leaves at most an unindexed tail in its own segment, which no reader
+reads (remove_stale_temporaries cuts it off). A record is 64 bytes at a multiple of 64, so it never
+straddles a page and is appended whole or not at all. A reader checks that a record's magic is right,
+that its entry lies inside the segment, that the entry's prefix names the same key and length, and
+that the bytes decode as exactly one uint8 array (tenbin checks every chunk's length): a damaged or
+foreign record is a miss, never a wrong image. Writers need no lock: the same key stored by several
+processes at once gives several records for the same bytes, and a reader takes any of them.
 
-Entries are tenbin `.ten` files holding one HWC (or HW) uint8 array; `load` checks the whole file
-decodes as exactly one uint8 array (tenbin checks every chunk's length), so a truncated or foreign
-file is a miss, never a wrong image. Maps are copy-on-write (ACCESS_COPY): the array is writable for
-its user (torch.from_numpy needs that) while its pages stay shared until someone writes to them.
+No fsync by default: a killed process cannot tear an entry (the kernel keeps what was written), and
+readers check what they map. Only a power loss or kernel crash can leave a record whose entry never
+reached the disk (zeros fail the prefix check; a partly written one could read as a partly black
+image). `durable=True` fsyncs each segment before its record is appended, closing that case at a cost
+of the order of the decode itself.
 
 The size bound: every writer appends the size of each entry it is about to write to `budget.log`
 in the directory (8-byte records, O_APPEND) after reading the records the others appended, and
@@ -39,6 +47,7 @@ import mmap
 import os
 import socket
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -47,13 +56,23 @@ from tensorcom import tenbin
 from tensorcom.errors import DecodeError
 
 BUDGET_FILE = "budget.log"
+INDEX_FILE = "index.log"
 _RECORD = struct.Struct("<q")
+_INDEX = struct.Struct("<8s20s8sqq12x")  # magic, sha1 of the key, segment token, offset, length: 64 bytes
+_PREFIX = struct.Struct("<8s20sq28x")  # magic, sha1 of the key, length of the .ten bytes that follow: 64
+_INDEX_MAGIC, _PREFIX_MAGIC = b"TcIndex1", b"TcEntry1"
 
 
-def entry_name(key: str) -> str:
-    """Where the entry of sample key `key` lives inside a cache directory: "ab/<40 hex>.ten"."""
-    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()
-    return os.path.join(digest[:2], digest + ".ten")
+def digest(key: str) -> bytes:
+    """The 20-byte sha1 of an entry key: what the index and the entries' prefixes name it by."""
+    return hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()
+
+
+def entry_bytes(array: np.ndarray) -> int:
+    """What the entry of `array` takes in its segment (and counts against max_bytes): the 64-byte
+    prefix and the `.ten` bytes (header chunk + data chunk, each framed and padded to 64 bytes)."""
+    header = 16 + 64  # marker, length, [dtype, info, rank, dims...] (rank <= 5) padded to 64
+    return _PREFIX.size + header + 16 + -(-array.nbytes // 64) * 64
 
 
 class _Gather:
@@ -67,7 +86,7 @@ class _Gather:
 
 
 def entry_buffers(array: np.ndarray) -> list:
-    """The `.ten` file of `array` as buffers to write in order (tenbin's framing; the pixels are a
+    """The `.ten` bytes of `array` as buffers to write in order (tenbin's framing; the pixels are a
     view of the array, not a copy)."""
     gather = _Gather()
     tenbin.write(gather, [np.ascontiguousarray(array)])
@@ -85,23 +104,6 @@ def _write_all(fd: int, buffers: list) -> None:
             views[0] = views[0][written:]
 
 
-_writer: tuple[int, str] | None = None  # (pid, "host.pid") of this process, for temporary names
-
-
-def _writer_name() -> str:
-    """"host.pid" of this process (what remove_stale_temporaries reads back from a temporary name)."""
-    global _writer
-    if _writer is None or _writer[0] != os.getpid():
-        _writer = (os.getpid(), f"{socket.gethostname()}.{os.getpid()}")
-    return _writer[1]
-
-
-def entry_bytes(array: np.ndarray) -> int:
-    """The size of the `.ten` file of `array` (header chunk + data chunk, each padded to 64 bytes)."""
-    header = 16 + 64  # marker, length, [dtype, info, rank, dims...] (rank <= 5) padded to 64
-    return header + 16 + -(-array.nbytes // 64) * 64
-
-
 class Budget:
     """The shared byte count of one cache directory (see the module docstring); `take(n)` reserves n
     bytes and says whether they fit under `limit`. Files open on first use; not picklable while open."""
@@ -114,7 +116,7 @@ class Budget:
 
     def _refresh(self) -> None:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         end = os.fstat(self._fd).st_size // _RECORD.size * _RECORD.size  # whole records only
         if end > self._offset:
             data = os.pread(self._fd, end - self._offset, self._offset)
@@ -137,40 +139,74 @@ class Budget:
             os.close(fd)
 
 
+class _Segment:
+    """This process's segment: `<host>.<pid>.<token>.seg`, appended to by os.writev."""
+
+    def __init__(self, directory: str):
+        self.token, self.pid = os.urandom(8), os.getpid()
+        self.name = f"{socket.gethostname()}.{self.pid}.{self.token.hex()}.seg"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        self.fd, self.end = os.open(os.path.join(directory, self.name), flags, 0o644), 0
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class EntryStore:
     """The entries of one cache directory (created on the first save); `max_bytes` None: unbounded;
-    `durable`: fsync each entry before it appears (survives a power loss; see the module docstring)."""
+    `durable`: fsync each entry before it appears (survives a power loss; see the module docstring).
+    Picklable: files open where it is used."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None, durable: bool = False):
         self.directory, self.max_bytes, self.durable = os.fspath(directory), max_bytes, durable
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()  # threads of one process share a store: one writer at a time
         self._budget: Budget | None = None
         self._full = False
-        self._folders: set[str] = set()  # the entry folders this process made (or found)
+        self._segment: _Segment | None = None
+        self._index_fd: int | None = None
+        self._read_to = 0  # how much of the index this process has read
+        self._entries: dict[bytes, tuple[bytes, int, int]] = {}  # sha1 -> (token, offset, length)
+        self._names: dict[bytes, str] = {}  # token -> segment file name
+        self._readers: dict[bytes, list[int]] = {}  # token -> [open fd of the segment, its size when last seen]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_budget": None, "_full": False, "_folders": set()}
+        return {"directory": self.directory, "max_bytes": self.max_bytes, "durable": self.durable}
 
-    def path(self, key: str) -> str:
-        return os.path.join(self.directory, entry_name(key))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __len__(self) -> int:
+        self._refresh()
+        return len(self._entries)
 
     def has(self, key: str) -> bool:
-        return os.path.exists(self.path(key))
+        self._refresh()
+        return digest(key) in self._entries
 
     def load(self, key: str) -> np.ndarray | None:
-        """The entry of `key` as a uint8 array over a copy-on-write map of its file, or None when
-        there is none or it is not exactly one uint8 array."""
-        try:
-            fd = os.open(self.path(key), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        """The entry of `key` as a uint8 array viewing a copy-on-write map of its segment, or None when
+        there is none or it does not check out (see the module docstring)."""
+        sha = digest(key)
+        where = self._entries.get(sha)
+        if where is None:
+            self._refresh()
+            where = self._entries.get(sha)
+            if where is None:
+                return None
+        token, offset, length = where
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapped = self._map(token, start, offset + _PREFIX.size + length)
+        if mapped is None:
+            return None
+        magic, named, size = _PREFIX.unpack_from(mapped, offset - start)
+        if magic != _PREFIX_MAGIC or named != sha or size != length:
             return None
         try:
-            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
-        except ValueError:  # an empty file cannot be mapped
-            return None
-        finally:
-            os.close(fd)
-        try:
-            arrays = tenbin.decode_buffer(memoryview(mapped))
+            arrays = tenbin.decode_buffer(memoryview(mapped)[offset - start + _PREFIX.size:])
         except DecodeError:
             return None
         if len(arrays) != 1 or arrays[0].dtype != np.uint8 or arrays[0].ndim not in (2, 3):
@@ -178,53 +214,141 @@ class EntryStore:
         return arrays[0]
 
     def save(self, key: str, array: np.ndarray) -> str:
-        """Write `array` (uint8) as the entry of `key`: "stored", or "full" when it does not fit."""
-        if self.max_bytes is not None:
-            if self._full or not self._reserve(entry_bytes(array)):
-                self._full = True
-                return "full"
-        final = self.path(key)
-        folder = os.path.dirname(final)
-        if folder not in self._folders:
-            os.makedirs(folder, exist_ok=True)
-            self._folders.add(folder)
-        temporary = f"{final}.{_writer_name()}.{os.urandom(4).hex()}.tmp"
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        """Append `array` (uint8) as the entry of `key`: "stored", or "full" when it does not fit."""
+        buffers = entry_buffers(array)
+        length, sha = sum(memoryview(buffer).nbytes for buffer in buffers), digest(key)
+        with self._lock:
+            if self.max_bytes is not None:
+                if self._full or not self._reserve(_PREFIX.size + length):
+                    self._full = True
+                    return "full"
+            segment = self._writer()
             try:
-                _write_all(fd, entry_buffers(array))
+                _write_all(segment.fd, [_PREFIX.pack(_PREFIX_MAGIC, sha, length), *buffers])
                 if self.durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, final)  # the entry appears whole or not at all
-        except BaseException:
-            _remove(temporary)
-            raise
+                    os.fsync(segment.fd)
+            except BaseException:  # a torn tail no record points at; the next entry goes to a new segment
+                self._segment = None
+                segment.close()
+                raise
+            offset, segment.end = segment.end, segment.end + _PREFIX.size + length
+            os.write(self._index(), _INDEX.pack(_INDEX_MAGIC, sha, segment.token, offset, length))
+            self._entries[sha] = (segment.token, offset, length)
+            self._names[segment.token] = segment.name
         return "stored"
 
-    def _reserve(self, size: int) -> bool:
+    def _writer(self) -> _Segment:
+        if self._segment is None or self._segment.pid != os.getpid():  # a forked child opens its own
+            os.makedirs(self.directory, exist_ok=True)
+            self._segment = _Segment(self.directory)
+        return self._segment
+
+    def _index(self) -> int:
+        if self._index_fd is None:
+            os.makedirs(self.directory, exist_ok=True)
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            self._index_fd = os.open(os.path.join(self.directory, INDEX_FILE), flags, 0o644)
+        return self._index_fd
+
+    def _refresh(self) -> None:
+        """Read the index records appended since the last look (whole, well-formed records only; of
+        several records for one key, the latest)."""
+        if self._index_fd is None and not os.path.exists(os.path.join(self.directory, INDEX_FILE)):
+            return
+        with self._lock:
+            fd = self._index()
+            end = os.fstat(fd).st_size // _INDEX.size * _INDEX.size
+            if end <= self._read_to:
+                return
+            data = os.pread(fd, end - self._read_to, self._read_to)
+            for magic, sha, token, offset, length in _INDEX.iter_unpack(data):
+                if magic == _INDEX_MAGIC and offset >= 0 and length > 0:
+                    self._entries[sha] = (token, offset, length)
+            self._read_to = end
+
+    def _map(self, token: bytes, start: int, end: int) -> mmap.mmap | None:
+        """A copy-on-write map of bytes [start, end) of the segment `token` (start page-aligned), or
+        None when the segment is not there or not that long. Each load maps its entry anew, so what
+        one user writes into its array (its private copy of the pages) no other load sees."""
+        reader = self._readers.get(token)
+        if reader is None:
+            name = self._names.get(token) or self._find(token)
+            if name is None:
+                return None
+            try:
+                reader = self._readers[token] = [os.open(os.path.join(self.directory, name),
+                                                         os.O_RDONLY | os.O_CLOEXEC), 0]
+            except FileNotFoundError:
+                return None
+        if reader[1] < end:
+            reader[1] = os.fstat(reader[0]).st_size
+            if reader[1] < end:
+                return None
+        return mmap.mmap(reader[0], end - start, access=mmap.ACCESS_COPY, offset=start)
+
+    def _find(self, token: bytes) -> str | None:
+        """The name of the segment whose token is `token` (listing the directory for new ones)."""
+        for name in os.listdir(self.directory):
+            found = _token(name)
+            if found is not None:
+                self._names.setdefault(found, name)
+        return self._names.get(token)
+
+    def _reserve(self, size: int) -> bool:  # under the lock
         if self._budget is None:
             os.makedirs(self.directory, exist_ok=True)
             self._budget = Budget(self.directory, self.max_bytes)
         return self._budget.take(size)
 
     def close(self) -> None:
+        """Close the files (maps stay valid while arrays view them)."""
         if self._budget is not None:
             self._budget.close()
+        if self._segment is not None:
+            self._segment.close()
+        if self._index_fd is not None:
+            os.close(self._index_fd)
+        for fd, _ in self._readers.values():
+            os.close(fd)
+        self._reset()
 
 
 def remove_stale_temporaries(directory: str | os.PathLike) -> int:
-    """Delete the temporary files that writers of this host left when they were killed (their
-    process is gone); returns how many. Writers on other hosts sharing the directory are left alone."""
-    host, removed = socket.gethostname(), 0
-    for folder, _, names in os.walk(directory):
-        for name in names:  # <sha1>.ten.<host>.<pid>.<random>.tmp (the host may hold dots)
-            parts = name[name.find(".ten.") + 5:-4].rsplit(".", 2) if name.endswith(".tmp") else []
-            if len(parts) == 3 and parts[0] == host and not _alive(parts[1]):
-                _remove(os.path.join(folder, name))
-                removed += 1
-    return removed
+    """Cut off the unindexed tails that writers of this host left in their segments when they were
+    killed (their process is gone); returns how many segments were cut. Segments of writers on other
+    hosts sharing the directory, and of live ones, are left alone."""
+    directory, host = os.fspath(directory), socket.gethostname()
+    if not os.path.isdir(directory):
+        return 0
+    store = EntryStore(directory)
+    store._refresh()
+    ends: dict[bytes, int] = {}
+    for token, offset, length in store._entries.values():
+        ends[token] = max(ends.get(token, 0), offset + _PREFIX.size + length)
+    cut = 0
+    for name in os.listdir(directory):
+        parts, token = name[:-4].rsplit(".", 2), _token(name)
+        if token is not None and len(parts) == 3 and parts[0] == host and not _alive(parts[1]):
+            path, end = os.path.join(directory, name), ends.get(token, 0)
+            if end == 0:  # no entry of it was ever indexed
+                os.unlink(path)
+                cut += 1
+            elif os.path.getsize(path) > end:
+                os.truncate(path, end)
+                cut += 1
+    store.close()
+    return cut
+
+
+def _token(name: str) -> bytes | None:
+    """The token of a segment file name "<host>.<pid>.<token hex>.seg"; None for any other name."""
+    if not name.endswith(".seg"):
+        return None
+    try:
+        token = bytes.fromhex(name[:-4].rsplit(".", 1)[-1])
+    except ValueError:
+        return None
+    return token if len(token) == 8 else None
 
 
 def _alive(pid: str) -> bool:
@@ -235,10 +359,3 @@ def _alive(pid: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -46,7 +46,7 @@ __all__ = ["DECODE_STAGE", "EntryStore", "cache_directory", "content_name", "dec
            "image_field", "remove_stale_temporaries", "resize_backend", "serve_in", "served_root",
            "source_listing"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: append-only segments and an index (1: a file per entry)
 MODE = "rgb8"
 DECODE_STAGE = "tensorcom.images.decoded_cache:decoded_cache"
 
