@@ -167,7 +167,7 @@ def test_a_ray_dataset_reaches_a_plain_consumer(ray_instance, free_port):
     pytest.importorskip("ray.data", reason="Ray Data needs ray[data] (pandas, pyarrow)")
     port = free_port()
     ids: list[int] = []
-    dataset = ray.data.range(100).map_batches(lambda b: {"id": b["id"] * 2})
+    dataset = ray.data.range(100, override_num_blocks=1).map_batches(lambda b: {"id": b["id"] * 2})  # one task
     consumer = threading.Thread(target=consume, args=(f"zjoin://127.0.0.1:{port}", ids))
     consumer.start()
     result = tray.serve_dataset(dataset, f"zshare://127.0.0.1:{port}", workers=1, batch_size=16, host="127.0.0.1",
