@@ -16,6 +16,7 @@ from tensorcom.images.decoded_cache import DecodedCache, decode_bounded
 from tensorcom.images.folder import ImageFolderSource
 from tensorcom.images.imagenet import Augment, collate_pair
 from tensorcom.pipeline import Pipeline
+from tensorcom.pipeline._cache_index import KeyIndex, segment_ends
 from tensorcom.pipeline._cache_store import (
     EntryStore,
     digest,
@@ -88,6 +89,22 @@ def test_a_record_that_does_not_check_out_is_a_miss_never_a_wrong_image(tmp_path
     reader = EntryStore(tmp_path)
     assert [reader.load(key) for key in ("other", "past", "gone", "magic")] == [None] * 4
     assert int(reader.load("k").max()) == 5 and int(reader.load("after").max()) == 7
+
+
+def test_the_index_keeps_the_latest_record_of_each_key_in_bulk_and_one_by_one():
+    record = struct.Struct("<8s20s8sqq12x")
+    shas = [digest(str(i)) for i in range(5000)]
+    data = b"".join(record.pack(b"TcIndex1", sha, b"A" * 8, 64 * i, 10) for i, sha in enumerate(shas))
+    data += record.pack(b"TcIndex1", shas[7], b"B" * 8, 0, 20)  # a later record of key 7 wins
+    index = KeyIndex()
+    index.add_records(data)  # the bulk path
+    index.add_records(record.pack(b"TcIndex1", shas[9], b"B" * 8, 64, 30))  # one record
+    for i in range(5000, 9200):  # one by one, across a merge
+        index.add(digest(str(i)), b"C" * 8, i, 1)
+    assert len(index) == 9200 and index.get(digest("nope")) is None
+    assert index.get(shas[7]) == (b"B" * 8, 0, 20) and index.get(shas[9]) == (b"B" * 8, 64, 30)
+    assert index.get(shas[4999]) == (b"A" * 8, 64 * 4999, 10) and index.get(digest("9199")) == (b"C" * 8, 9199, 1)
+    assert segment_ends(data, 64) == {b"A" * 8: 64 * 4999 + 64 + 10, b"B" * 8: 64 + 20}
 
 
 def test_first_epoch_stores_later_epochs_hit_the_same_pixels(tree, tmp_path):

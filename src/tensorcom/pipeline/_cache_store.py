@@ -54,13 +54,16 @@ import numpy as np
 
 from tensorcom import tenbin
 from tensorcom.errors import DecodeError
+from tensorcom.pipeline._cache_index import MAGIC as _INDEX_MAGIC
+from tensorcom.pipeline._cache_index import RECORD, KeyIndex, segment_ends
 
 BUDGET_FILE = "budget.log"
 INDEX_FILE = "index.log"
 _RECORD = struct.Struct("<q")
 _INDEX = struct.Struct("<8s20s8sqq12x")  # magic, sha1 of the key, segment token, offset, length: 64 bytes
 _PREFIX = struct.Struct("<8s20sq28x")  # magic, sha1 of the key, length of the .ten bytes that follow: 64
-_INDEX_MAGIC, _PREFIX_MAGIC = b"TcIndex1", b"TcEntry1"
+_PREFIX_MAGIC = b"TcEntry1"
+assert _INDEX.size == RECORD.itemsize
 
 
 def digest(key: str) -> bytes:
@@ -168,7 +171,7 @@ class EntryStore:
         self._segment: _Segment | None = None
         self._index_fd: int | None = None
         self._read_to = 0  # how much of the index this process has read
-        self._entries: dict[bytes, tuple[bytes, int, int]] = {}  # sha1 -> (token, offset, length)
+        self._entries = KeyIndex()  # sha1 -> (token, offset, length)
         self._names: dict[bytes, str] = {}  # token -> segment file name
         self._readers: dict[bytes, list[int]] = {}  # token -> [open fd of the segment, its size when last seen]
 
@@ -185,7 +188,7 @@ class EntryStore:
 
     def has(self, key: str) -> bool:
         self._refresh()
-        return digest(key) in self._entries
+        return self._entries.get(digest(key)) is not None
 
     def load(self, key: str) -> np.ndarray | None:
         """The entry of `key` as a uint8 array viewing a copy-on-write map of its segment, or None when
@@ -233,7 +236,7 @@ class EntryStore:
                 raise
             offset, segment.end = segment.end, segment.end + _PREFIX.size + length
             os.write(self._index(), _INDEX.pack(_INDEX_MAGIC, sha, segment.token, offset, length))
-            self._entries[sha] = (segment.token, offset, length)
+            self._entries.add(sha, segment.token, offset, length)
             self._names[segment.token] = segment.name
         return "stored"
 
@@ -260,11 +263,13 @@ class EntryStore:
             end = os.fstat(fd).st_size // _INDEX.size * _INDEX.size
             if end <= self._read_to:
                 return
-            data = os.pread(fd, end - self._read_to, self._read_to)
-            for magic, sha, token, offset, length in _INDEX.iter_unpack(data):
-                if magic == _INDEX_MAGIC and offset >= 0 and length > 0:
-                    self._entries[sha] = (token, offset, length)
-            self._read_to = end
+            while self._read_to < end:  # at most 1 M records (64 MB) at a time
+                data = os.pread(fd, min(end - self._read_to, _INDEX.size << 20), self._read_to)
+                usable = len(data) // _INDEX.size * _INDEX.size
+                if not usable:
+                    break
+                self._entries.add_records(data[:usable])
+                self._read_to += usable
 
     def _map(self, token: bytes, start: int, end: int) -> mmap.mmap | None:
         """A copy-on-write map of bytes [start, end) of the segment `token` (start page-aligned), or
@@ -320,11 +325,11 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> int:
     directory, host = os.fspath(directory), socket.gethostname()
     if not os.path.isdir(directory):
         return 0
-    store = EntryStore(directory)
-    store._refresh()
-    ends: dict[bytes, int] = {}
-    for token, offset, length in store._entries.values():
-        ends[token] = max(ends.get(token, 0), offset + _PREFIX.size + length)
+    try:
+        with open(os.path.join(directory, INDEX_FILE), "rb") as index:
+            ends = segment_ends(index.read(), _PREFIX.size)
+    except FileNotFoundError:
+        ends = {}
     cut = 0
     for name in os.listdir(directory):
         parts, token = name[:-4].rsplit(".", 2), _token(name)
@@ -336,7 +341,6 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> int:
             elif os.path.getsize(path) > end:
                 os.truncate(path, end)
                 cut += 1
-    store.close()
     return cut
 
 
