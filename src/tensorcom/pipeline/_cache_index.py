@@ -15,13 +15,16 @@ keys) cost a miss, not a wrong image: the store checks the whole sha1 in the ent
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 MAGIC = b"TcIndex1"
 # magic, sha1 of the key (its first 8 bytes as the lookup key, then the rest), segment token, offset, length
 RECORD = np.dtype([("magic", "S8"), ("key", "<u8"), ("rest", "V12"), ("token", "<u8"), ("offset", "<i8"),
                    ("length", "<i8"), ("pad", "V12")])
-assert RECORD.itemsize == 64
+_RECORD = struct.Struct("<8s20s8sqq12x")  # the same record, for a few at a time
+assert RECORD.itemsize == _RECORD.size == 64
 _MERGE_AT = 4096  # records kept in the dict before they are merged into the sorted arrays
 
 
@@ -58,12 +61,12 @@ class KeyIndex:
 
     def add_records(self, data: bytes) -> None:
         """Add whole RECORDs (len(data) a multiple of 64), later ones winning over earlier ones."""
-        records = _valid(data)
-        if len(records) < 64:
-            for record in records:
-                token = int(record["token"]).to_bytes(8, "little")  # the raw 8 bytes of the record
-                self._recent[int(record["key"])] = (self._token_id(token), int(record["offset"]), int(record["length"]))
+        if len(data) < 64 * RECORD.itemsize:  # a few (a refresh between saves): no arrays
+            for magic, sha, token, offset, length in _RECORD.iter_unpack(data):
+                if magic == MAGIC and offset >= 0 and length > 0:
+                    self._recent[short_key(sha)] = (self._token_id(token), offset, length)
         else:
+            records = _valid(data)
             self._merge()
             unique, inverse = np.unique(records["token"], return_inverse=True)
             ids = np.array([self._token_id(int(token).to_bytes(8, "little")) for token in unique], np.int64)

@@ -60,7 +60,7 @@ from tensorcom.pipeline._cache_index import RECORD, KeyIndex, segment_ends
 BUDGET_FILE = "budget.log"
 INDEX_FILE = "index.log"
 _RECORD = struct.Struct("<q")
-_INDEX = struct.Struct("<8s20s8sqq12x")  # magic, sha1 of the key, segment token, offset, length: 64 bytes
+_INDEX = struct.Struct("<8s20s8sqq12x")  # magic, sha1 of the key, segment token, offset, length (RECORD)
 _PREFIX = struct.Struct("<8s20sq28x")  # magic, sha1 of the key, length of the .ten bytes that follow: 64
 _PREFIX_MAGIC = b"TcEntry1"
 assert _INDEX.size == RECORD.itemsize
