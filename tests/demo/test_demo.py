@@ -1,5 +1,7 @@
 """`tensorcom demo` end to end as a real subprocess: it trains to >= 90% held-out accuracy with torch and
-with numpy, prints the manual commands, and leaves no server process behind when interrupted or killed."""
+with numpy, prints the manual commands, and leaves no server process behind when interrupted or killed.
+The default run (what the README's first command runs) trains on the full demo data; the runs that check
+an option train on a small set of it (SMALL: 4 classes, 256 training images of 32x32 pixels)."""
 
 from __future__ import annotations
 
@@ -20,17 +22,19 @@ pytestmark = [pytest.mark.net, pytest.mark.procs]
 
 BIN = Path(sys.executable).parent
 DEMO = [str(BIN / "tensorcom")] if (BIN / "tensorcom").exists() else [sys.executable, "-m", "tensorcom.cli.main"]
+SMALL = ("--classes", "4", "--per-class", "64", "--size", "32")  # 256 training, 64 held-out images
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> dict:
-    """Environment with TENSORCOM_CACHE in a temp dir holding the demo dataset (made once here)."""
+    """Environment with TENSORCOM_CACHE in a temp dir holding the demo dataset and SMALL's (made once here)."""
     from tensorcom.demo.data import make_demo_dataset
 
     root = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TENSORCOM_CACHE", str(root))
         make_demo_dataset(size=64)
+        make_demo_dataset(classes=4, per_class_train=64, per_class_test=16, size=32)
     return {**os.environ, "TENSORCOM_CACHE": str(root)}
 
 
@@ -56,10 +60,11 @@ def test_demo_trains_to_90_percent(cache):
 
 
 def test_demo_numpy_backend(cache):
-    result = run_demo(cache, "--no-torch", "--epochs", "1", "--batch-size", "64", "--seed", "3", "--workers", "2")
+    result = run_demo(cache, "--no-torch", "--epochs", "1", "--batch-size", "16", "--seed", "3", "--workers", "2",
+                      *SMALL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "training a numpy classifier" in result.stdout
-    assert "epoch 1/1: 2000 images" in result.stdout  # both publishers' halves, one epoch
+    assert "epoch 1/1: 256 images" in result.stdout  # both publishers' halves, one epoch
     assert accuracy(result.stdout) >= 90
 
 
@@ -67,10 +72,10 @@ def test_demo_numpy_backend(cache):
 def test_demo_with_another_framework(cache, framework):
     if importlib.util.find_spec(framework) is None:
         pytest.skip(f"{framework} not installed")
-    result = run_demo(cache, "--framework", framework, "--epochs", "1", "--batch-size", "16")
+    result = run_demo(cache, "--framework", framework, "--epochs", "3", "--batch-size", "16", *SMALL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"training a {framework} classifier" in result.stdout
-    assert "epoch 1/1: 2000 images" in result.stdout
+    assert re.findall(r"^epoch (\d)/3: 256 images", result.stdout, re.M) == ["1", "2", "3"], result.stdout
     assert accuracy(result.stdout) >= 90
 
 
@@ -92,13 +97,15 @@ def test_demo_framework_conflicts_with_no_torch(cache):
 
 
 def test_demo_fails_when_accuracy_is_too_low(cache):
-    result = run_demo(cache, "--no-torch", "--epochs", "1", "--min-accuracy", "1.0", "--size", "16")
-    assert result.returncode in (0, 1)  # a 16-pixel run rarely reaches 100%
-    assert (result.returncode == 0) == (accuracy(result.stdout) >= 100)
+    # one batch of all 256 images: one optimizer step, far from 100%
+    result = run_demo(cache, "--no-torch", "--epochs", "1", "--batch-size", "256", "--min-accuracy", "1.0", *SMALL)
+    assert "epoch 1/1: 256 images" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1 and accuracy(result.stdout) < 100, result.stdout + result.stderr
 
 
-def test_demo_bad_argument(cache):
-    result = run_demo(cache, "--epochs", "0")
+@pytest.mark.parametrize("bad", [("--epochs", "0"), ("--classes", "11")])
+def test_demo_bad_argument(cache, bad):
+    result = run_demo(cache, *bad)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
 

@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-torch", action="store_true", help="train the numpy model even when torch is installed")
     parser.add_argument("--size", type=positive_int, default=64, help="image size served (default 64)")
     parser.add_argument("--data", default=None, help="dataset directory (default: in the tensorcom cache)")
+    parser.add_argument("--classes", type=positive_int, default=10, help="classes of shapes, 2 to 10 (default 10)")
+    parser.add_argument("--per-class", type=positive_int, default=200,
+                        help="training images per class (default 200; a quarter as many are held out)")
     parser.add_argument("--min-accuracy", type=fraction, default=0.9, help="accuracy needed to succeed (default 0.9)")
     parser.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for a batch (default 60)")
     return parser
@@ -49,11 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.no_torch and args.framework not in (None, "numpy"):
         parser.error(f"--no-torch trains the numpy model; it cannot go with --framework {args.framework}")
+    if not 2 <= args.classes <= 10:
+        parser.error(f"--classes must be 2 to 10, not {args.classes}")
     backend = "numpy" if args.no_torch else args.framework or "auto"
     require("PIL")  # the dataset's images are made and decoded with Pillow
     check_framework(backend)
     config = DemoConfig(epochs=args.epochs, batch_size=args.batch_size, workers=args.workers, seed=args.seed,
-                        size=args.size, data=args.data, backend=backend, timeout=args.timeout)
+                        size=args.size, data=args.data, backend=backend, timeout=args.timeout,
+                        classes=args.classes, per_class=args.per_class)
     accuracy = run_demo(config, say=functools.partial(print, flush=True))
     print(f"held-out accuracy: {100 * accuracy:.1f}%", flush=True)
     return 0 if accuracy >= args.min_accuracy else 1

@@ -36,7 +36,8 @@ POLL = 1.0  # seconds the receiving thread waits on the socket before checking f
 class DemoConfig:
     """A demo run: training epochs, batch size, server publisher processes, seed, image size served,
     dataset directory (None: in the tensorcom cache), trainer backend (tensorcom.demo.backends.BACKENDS:
-    "auto", "torch", "numpy", "keras", "jax") and seconds to wait for a batch."""
+    "auto", "torch", "numpy", "keras", "jax"), seconds to wait for a batch, and the dataset's classes
+    (2..10) and training images per class (a quarter as many, at least one, are held out)."""
 
     epochs: int = 2
     batch_size: int = 32
@@ -46,6 +47,8 @@ class DemoConfig:
     data: str | None = None
     backend: str = "auto"
     timeout: float = 60.0
+    classes: int = 10
+    per_class: int = 200
 
 
 def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> float:
@@ -55,7 +58,8 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> float:
     from tensorcom.demo.backends import make_trainer
 
     start = time.perf_counter()
-    data = make_demo_dataset(config.data or None, size=config.size)
+    data = make_demo_dataset(config.data or None, classes=config.classes, per_class_train=config.per_class,
+                             per_class_test=max(1, config.per_class // 4), size=config.size)
     classes = len(data.classes)
     say(f"dataset: {classes} classes of coloured shapes in {data.root} ({time.perf_counter() - start:.1f} s)")
     port = free_port()
