@@ -39,13 +39,13 @@ class KeyIndex:
     def __init__(self):
         self.tokens: list[bytes] = []
         self._token_ids: dict[bytes, int] = {}
-        self._keys = np.empty(0, np.uint64)
-        self._places = np.empty((0, 3), np.int64)  # token id, offset, length, row by row with _keys
+        # sorted keys and their (token id, offset, length) rows, replaced together (get reads them unlocked)
+        self._sorted = (np.empty(0, np.uint64), np.empty((0, 3), np.int64))
         self._recent: dict[int, tuple[int, int, int]] = {}
 
     def __len__(self) -> int:
         self._merge()
-        return len(self._keys)
+        return len(self._sorted[0])
 
     def _token_id(self, token: bytes) -> int:
         found = self._token_ids.get(token)
@@ -71,8 +71,7 @@ class KeyIndex:
             unique, inverse = np.unique(records["token"], return_inverse=True)
             ids = np.array([self._token_id(int(token).to_bytes(8, "little")) for token in unique], np.int64)
             places = np.stack([ids[inverse.reshape(-1)], records["offset"], records["length"]], axis=1)
-            self._keys, self._places = _latest(np.concatenate([self._keys, records["key"]]),
-                                               np.concatenate([self._places, places]))
+            self._sorted = _latest(self._sorted, records["key"], places)
         if len(self._recent) >= _MERGE_AT:
             self._merge()
 
@@ -80,18 +79,19 @@ class KeyIndex:
         key = short_key(sha)
         place = self._recent.get(key)
         if place is None:
-            at = int(np.searchsorted(self._keys, np.uint64(key)))
-            if at == len(self._keys) or int(self._keys[at]) != key:
+            keys, places = self._sorted
+            at = int(np.searchsorted(keys, np.uint64(key)))
+            if at == len(keys) or int(keys[at]) != key:
                 return None
-            place = self._places[at].tolist()
+            place = places[at].tolist()
         return self.tokens[place[0]], place[1], place[2]
 
     def _merge(self) -> None:
         if self._recent:
             keys = np.fromiter(self._recent.keys(), np.uint64, len(self._recent))
             places = np.array(list(self._recent.values()), np.int64).reshape(-1, 3)
-            self._keys, self._places = _latest(np.concatenate([self._keys, keys]), np.concatenate([self._places, places]))
-            self._recent = {}
+            self._sorted = _latest(self._sorted, keys, places)
+            self._recent = {}  # after the arrays that now hold its records
 
 
 def _valid(data: bytes) -> np.ndarray:
@@ -109,8 +109,11 @@ def segment_ends(data: bytes, prefix: int) -> dict[bytes, int]:
             for token in np.unique(records["token"])}
 
 
-def _latest(keys: np.ndarray, places: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`keys` sorted without repeats and their `places` rows, the last row of each repeated key kept."""
+def _latest(merged: tuple[np.ndarray, np.ndarray], keys: np.ndarray, places: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, places) of `merged` and then `keys`, `places` (rows), sorted without repeats: of each
+    repeated key the last row."""
+    keys, places = np.concatenate([merged[0], keys]), np.concatenate([merged[1], places])
     order = np.argsort(keys, kind="stable")
     keys, places = keys[order], places[order]
     last = np.append(keys[1:] != keys[:-1], True) if len(keys) else np.empty(0, bool)

@@ -275,21 +275,28 @@ class EntryStore:
         """A copy-on-write map of bytes [start, end) of the segment `token` (start page-aligned), or
         None when the segment is not there or not that long. Each load maps its entry anew, so what
         one user writes into its array (its private copy of the pages) no other load sees."""
-        reader = self._readers.get(token)
+        reader = self._readers.get(token) or self._open(token)
         if reader is None:
-            name = self._names.get(token) or self._find(token)
-            if name is None:
-                return None
-            try:
-                reader = self._readers[token] = [os.open(os.path.join(self.directory, name),
-                                                         os.O_RDONLY | os.O_CLOEXEC), 0]
-            except FileNotFoundError:
-                return None
+            return None
         if reader[1] < end:
             reader[1] = os.fstat(reader[0]).st_size
             if reader[1] < end:
                 return None
         return mmap.mmap(reader[0], end - start, access=mmap.ACCESS_COPY, offset=start)
+
+    def _open(self, token: bytes) -> list[int] | None:
+        """[fd, 0] of the segment `token`, opened once for all threads; None when it is not there."""
+        with self._lock:
+            if token not in self._readers:
+                name = self._names.get(token) or self._find(token)
+                try:
+                    fd = os.open(os.path.join(self.directory, name), os.O_RDONLY | os.O_CLOEXEC) if name else None
+                except FileNotFoundError:
+                    fd = None
+                if fd is None:
+                    return None
+                self._readers[token] = [fd, 0]
+            return self._readers[token]
 
     def _find(self, token: bytes) -> str | None:
         """The name of the segment whose token is `token` (listing the directory for new ones)."""
