@@ -19,10 +19,10 @@ from tensorcom.pipeline import Pipeline
 from tensorcom.pipeline._cache_index import KeyIndex, segment_ends
 from tensorcom.pipeline._cache_store import (
     EntryStore,
+    cut_stale_tails,
     digest,
     entry_buffers,
     entry_bytes,
-    remove_stale_temporaries,
 )
 from tensorcom.pipeline.cache import cache_directory
 
@@ -210,7 +210,7 @@ def test_a_writer_killed_mid_write_leaves_no_entry_that_reads_as_valid(tmp_path,
     assert np.array_equal(store.load("whole"), np.full((40, 50, 3), 7, np.uint8))
     assert store.save("torn", np.full((40, 50, 3), 9, np.uint8)) == "stored"  # the next writer succeeds
     assert int(store.load("torn").max()) == 9
-    assert remove_stale_temporaries(tmp_path) == 1  # the killed writer's tail is cut, this live one's kept
+    assert cut_stale_tails(tmp_path) == 1  # the killed writer's tail is cut, this live one's kept
     assert dead.stat().st_size == one and [path.stat().st_size for path in segments(tmp_path)] == [one, one]
     assert int(EntryStore(tmp_path).load("whole").max()) == 7 and int(EntryStore(tmp_path).load("torn").max()) == 9
 

@@ -37,9 +37,9 @@ from tensorcom.images.resample import resize_box
 from tensorcom.pipeline.cache import (
     EntryStore,
     content_name,
+    cut_stale_tails,
     entry_key,
     image_field,
-    remove_stale_temporaries,
     resize_backend,
     served_root,
 )
@@ -108,7 +108,7 @@ class DecodedCache:
 
     def remove_stale(self) -> int:
         """Cut what this host's killed writers left unindexed in their segments; how many (tensorcom prepare)."""
-        return remove_stale_temporaries(self.directory)
+        return cut_stale_tails(self.directory)
 
     def has(self, sample: dict) -> bool:
         """Whether the sample's entry is there (without reading or decoding anything)."""

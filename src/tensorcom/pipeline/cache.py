@@ -11,7 +11,7 @@
     source_listing(source)             what identifies a source's data (paths, sizes, modification times)
     entry_key(sample), image_field(sample)   an entry's key and the sample's image field
     serve_in(dir), served_root()       the directory of `cache(None)` stages in this process
-    EntryStore, remove_stale_temporaries   the files (tensorcom.pipeline._cache_store)
+    EntryStore, cut_stale_tails   the files (tensorcom.pipeline._cache_store)
 
 What is cached is the deterministic part of an image pipeline, the read and the decode to uint8 RGB
 (shorter side at most `max_side`): tensorcom.images.decoded_cache decodes, resizes with the package's
@@ -38,12 +38,12 @@ import json
 import os
 from typing import Any
 
-from tensorcom.pipeline._cache_store import EntryStore, remove_stale_temporaries
+from tensorcom.pipeline._cache_store import EntryStore, cut_stale_tails
 from tensorcom.pipeline.sources import field_name
 from tensorcom.shards.fields import IMAGE_EXTS
 
-__all__ = ["DECODE_STAGE", "EntryStore", "cache_directory", "content_name", "decoded_cache", "entry_key",
-           "image_field", "remove_stale_temporaries", "resize_backend", "serve_in", "served_root",
+__all__ = ["DECODE_STAGE", "EntryStore", "cache_directory", "content_name", "cut_stale_tails",
+           "decoded_cache", "entry_key", "image_field", "resize_backend", "serve_in", "served_root",
            "source_listing"]
 
 FORMAT_VERSION = 2  # 2: append-only segments and an index (1: a file per entry)
