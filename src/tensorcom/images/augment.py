@@ -4,7 +4,9 @@ Every random choice comes from the `rng` (a numpy Generator) passed in, so a see
 reproduces the same outputs. Given encoded bytes, the crop is chosen first from the header's size,
 the image (or only the crop's region, where tensorcom._jpegcrop can) is decoded at the smallest DCT
 scale that still covers the crop at the output size (tensorcom.imagecodec.open_region), and the crop is cut
-out inside one antialiased bilinear resize (tensorcom.images.resample).
+out inside one antialiased bilinear resize (tensorcom.images.resample). Given `out=` (say a row of a
+preallocated batch), a transform writes its result there; for uint8 HWC output that is the resize's
+own write, so a batch costs no per-image array and no stacking copy.
 """
 
 from __future__ import annotations
