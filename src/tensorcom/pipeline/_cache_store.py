@@ -315,8 +315,14 @@ class EntryStore:
             self._budget = Budget(self.directory, self.max_bytes)
         return self._budget.take(size)
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, AttributeError):  # already closed, or torn down at interpreter exit
+            pass
+
     def close(self) -> None:
-        """Close the files (maps stay valid while arrays view them)."""
+        """Close the files (maps stay valid while arrays view them); the store opens them again if used."""
         if self._budget is not None:
             self._budget.close()
         if self._segment is not None:
