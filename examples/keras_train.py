@@ -53,6 +53,10 @@ def main() -> None:
     tensorcom.keras.choose_backend()  # KERAS_BACKEND=torch unless you chose a backend (before keras loads)
     import keras
 
+    if keras.backend.backend() == "torch":  # a small model: torch's other threads would only spin and wait
+        import torch
+
+        torch.set_num_threads(1)
     epochs = args.epochs or (3 if args.short else 5)
     data, size = demo_data(args.short)
     pipeline = dir_pipeline(str(data.train_dir), batch_size=args.batch_size, size=size, min_scale=0.35)

@@ -88,14 +88,15 @@ def test_pytorch_train(popen, env):
 
 @installed("torch")
 @pytest.mark.slow  # 25-35 s: started first, so that it does not end the run alone
-def test_hyperparameter_search_three_jobs_share_one_server(popen, env):
-    out = run_example(popen, env, "hyperparameter_search.py", "--lrs", "0.01,0.003,0.001")
-    assert re.search(r"^served \d+ batches once, to 3 jobs$", out, re.M), out
+def test_hyperparameter_search_jobs_share_one_server(popen, env):
+    # two jobs (the example's default is three): each a process that imports torch, and two show the sharing
+    out = run_example(popen, env, "hyperparameter_search.py", "--lrs", "0.01,0.003")
+    assert re.search(r"^served \d+ batches once, to 2 jobs$", out, re.M), out
     results = re.findall(r"^lr ([\d.e-]+): loss ([\d.]+) -> ([\d.]+), held-out accuracy ([\d.]+)%$", out, re.M)
-    assert sorted(float(lr) for lr, *_ in results) == [0.001, 0.003, 0.01], out
+    assert sorted(float(lr) for lr, *_ in results) == [0.003, 0.01], out
     for _, first, last, accuracy in results:
         assert float(last) < float(first) and float(accuracy) > CHANCE, out
-    assert len(re.findall(r"^job lr=\S+: epoch \d+: loss", out, re.M)) == 9
+    assert len(re.findall(r"^job lr=\S+: epoch \d+: loss", out, re.M)) == 6
 
 
 @installed("torch")
