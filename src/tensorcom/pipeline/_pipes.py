@@ -2,9 +2,10 @@
 
 Each worker process writes to its own one-way pipe. An object travels as pickle protocol 5 with
 out-of-band buffers: a header of int64 sizes, the pickle stream, then each buffer written straight
-from the array's memory. The reader reads each buffer straight into a fresh bytearray and unpickles
-around it, so arrays arrive writable and copied once (a multiprocessing.Queue copies each array
-several times, and a multiprocessing Connection twice on receipt). Pipes are widened to 1 MiB where the
+from the array's memory. The reader reads each buffer straight into a fresh uninitialised numpy array
+(no zero-filling, large pages where numpy uses them) and unpickles around it, so arrays arrive
+writable and copied once (a multiprocessing.Queue copies each array several times, and a
+multiprocessing Connection twice on receipt). Pipes are widened to 1 MiB where the
 OS allows it, so a typical batch passes in few system calls.
 
 `BufferedSender` puts a bounded queue and a thread in front of a worker's pipe, so the worker
@@ -22,6 +23,8 @@ import queue
 import threading
 from array import array
 from typing import Any, Callable
+
+import numpy as np
 
 from tensorcom.tenbin import fill
 
@@ -72,6 +75,15 @@ def _write_all(fd: int, parts: list) -> None:
 def _read_exact(stream: io.FileIO, size: int) -> bytearray:
     """Exactly `size` bytes from the pipe; EOFError when it closes first."""
     buffer = bytearray(size)
+    if fill(stream, buffer) < size:
+        raise EOFError("the worker's pipe closed in the middle of a message")
+    return buffer
+
+
+def _read_buffer(stream: io.FileIO, size: int) -> np.ndarray:
+    """Exactly `size` bytes from the pipe into a new uint8 array (not zero-filled first); EOFError when
+    the pipe closes first."""
+    buffer = np.empty(size, np.uint8)
     if fill(stream, buffer) < size:
         raise EOFError("the worker's pipe closed in the middle of a message")
     return buffer
@@ -142,11 +154,11 @@ class BufferedSender:
 
 def receive(stream: io.FileIO) -> Any:
     """Read one object written by PipeSender.put from the raw stream over the pipe's read end;
-    EOFError when the writer is gone. Each buffer is read once, straight into its bytearray."""
+    EOFError when the writer is gone. Each buffer is read once, straight into its array."""
     count = array("q", _read_exact(stream, 8))[0]
     lengths = array("q", _read_exact(stream, 8 * (count + 1)))
     data = _read_exact(stream, lengths[0])
-    buffers = [_read_exact(stream, size) for size in lengths[1:]]
+    buffers = [_read_buffer(stream, size) for size in lengths[1:]]
     return pickle.loads(data, buffers=buffers)
 
 
