@@ -6,7 +6,9 @@ zpull here, in two settings, interleaved (off, on, off, on, ...) in the same run
 
   off  --no-timing, no metrics endpoint
   on   stage timing (the default) and --metrics 127.0.0.1:0, with a scraper thread here fetching /metrics
-       and /status.json once a second from the moment the server prints the endpoint
+       and /status.json once a second from the moment the server prints the endpoint; the consumer
+       reads the end of the stream only once a fetch has found the stages (the server waits for its
+       consumer to read everything before it exits, so even a one-batch run is scraped with them)
 
 The consumer's data wait (two clock readings per batch in every receiving Connection) is measured in
 both: it is always on. No tensormon-like observer runs: over zpush there is no sharing server whose
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -72,15 +75,16 @@ def tree_cpu(pid: int) -> float:
 
 class Scraper:
     """Reads the server's stderr (kept for errors); once it names the metrics endpoint, fetches
-    /metrics and /status.json every `every` seconds until stopped. `scrapes`: fetches that answered;
-    `stages`: the stage names of the last /status.json."""
+    /metrics and /status.json every `every` seconds (and at once when `confirm` asks) until stopped.
+    `scrapes`: fetches that answered; `stages`: the stage names any /status.json gave, in the order
+    they first appeared; `saw_stages`: set once a fetch found stages."""
 
     def __init__(self, stderr, every: float = 1.0):
         self.stderr, self.every = stderr, every
         self.lines: list[str] = []
         self.scrapes, self.stages = 0, []
         self.url: str | None = None
-        self.stop = threading.Event()
+        self.stop, self.wake, self.saw_stages = threading.Event(), threading.Event(), threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.poller = threading.Thread(target=self._poll, daemon=True)
         self.reader.start()
@@ -92,22 +96,41 @@ class Scraper:
             found = ENDPOINT.search(line)
             if found and self.url is None:
                 self.url = found.group(1)[: -len("metrics")]
+                self.wake.set()
 
     def _poll(self) -> None:
         while not self.stop.is_set():
+            self.wake.clear()
             if self.url is not None:
-                try:
-                    with urllib.request.urlopen(self.url + "metrics", timeout=5) as answer:
-                        answer.read()
-                    with urllib.request.urlopen(self.url + "status.json", timeout=5) as answer:
-                        self.stages = list(json.load(answer).get("stages") or {})
-                    self.scrapes += 1
-                except OSError:  # the server is closing its endpoint
-                    pass
-            self.stop.wait(self.every if self.url is not None else 0.05)
+                self._scrape()
+            self.wake.wait(self.every if self.url is not None else 0.05)
+
+    def _scrape(self) -> None:
+        try:
+            with urllib.request.urlopen(self.url + "metrics", timeout=5) as answer:
+                answer.read()
+            with urllib.request.urlopen(self.url + "status.json", timeout=5) as answer:
+                stages = list(json.load(answer).get("stages") or {})
+        except OSError:  # the server is closing its endpoint
+            return
+        self.scrapes += 1
+        self.stages += [name for name in stages if name not in self.stages]
+        if stages:
+            self.saw_stages.set()
+
+    def confirm(self, timeout: float = 60.0) -> bool:
+        """Wait until a fetch has found stages (asking for one now); False after `timeout` seconds.
+        The consumer calls it before it reads the end of the stream: the server, which waits for its
+        consumer to read everything before it exits, still answers then."""
+        deadline = time.monotonic() + timeout
+        while not self.saw_stages.is_set() and time.monotonic() < deadline:
+            self.wake.set()
+            self.saw_stages.wait(min(self.every, max(deadline - time.monotonic(), 0)))
+        return self.saw_stages.is_set()
 
     def close(self) -> None:
         self.stop.set()
+        self.wake.set()
         self.poller.join(timeout=10)
         self.reader.join(timeout=10)
 
@@ -134,6 +157,8 @@ def run_served(root: Path, setting: str, expected: int, publishers: int = 2) -> 
                 timer.tick(bench.check_batch(images, labels))
                 if timer.images == timer.first_images or timer.images == expected:
                     streaming[timer.images == expected] = tree_cpu(server.pid)
+                if timer.images == expected and setting == "on" and not scraper.confirm():
+                    raise RuntimeError("no scrape of the metrics endpoint found the stages:\n" + "".join(scraper.lines))
             server.wait(timeout=60)
         finally:
             if server.poll() is None:

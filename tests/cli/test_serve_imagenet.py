@@ -1,9 +1,12 @@
 """serve-imagenet-dir, serve-imagenet-shards and `tensorcom serve` as real subprocesses feeding a real
 receiving Connection on 127.0.0.1: shapes, dtypes, labels, epoch ends, -P, -B, -n, --shuffle/--no-shuffle,
-options around the positionals, bad arguments."""
+options around the positionals, bad arguments. The servers run without torch (tests/torchless.py) but
+the first one, whose publisher resizes with torch's fast path; options whose point is parsing, and
+arguments refused before anything is served, are checked in this process."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import textwrap
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from torchless import pillow_resize, torchless_env
 
 from tensorcom import Connection
 
@@ -50,6 +54,12 @@ def tree(tmp_path_factory) -> Path:
         for i in range(PER_CLASS):
             (folder / f"{i}.jpg").write_bytes(jpeg(rng, label))
     return root
+
+
+@pytest.fixture(scope="module")
+def torchless(tmp_path_factory) -> dict[str, str]:
+    """The environment of a server without torch (tests/torchless.py)."""
+    return torchless_env(tmp_path_factory.mktemp("torchless"))
 
 
 @pytest.fixture(scope="module")
@@ -109,23 +119,24 @@ def test_dir_server_sends_augmented_epochs(tree, popen, free_port):
     finish(proc)
 
 
-def test_parallel_publishers_split_the_data(tree, popen, free_port):
+def test_parallel_publishers_split_the_data(tree, popen, free_port, torchless):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "5", "--size", "24",
                             "-P", "2", "-w", "1", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env=torchless)
         (batches,) = receive(conn, 1, proc)
     labels = check_batches(batches, size=24)
     assert sorted(labels) == sorted(list(range(CLASSES)) * PER_CLASS)
     finish(proc)
 
 
-def test_normalize_sends_float32(tree, popen, free_port):
+def test_normalize_sends_float32(tree, popen, free_port, torchless):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "6", "--size", "16", "-n", "--no-shuffle",
-                            "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+                            "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True,
+                           env=torchless)
         (batches,) = receive(conn, 1, proc)
     check_batches(batches, size=16, dtype=np.float32)
     images = np.concatenate([images for images, _ in batches])
@@ -134,11 +145,12 @@ def test_normalize_sends_float32(tree, popen, free_port):
     finish(proc)
 
 
-def test_benchmark_mode_repeats_one_batch(tree, popen, free_port):
+def test_benchmark_mode_repeats_one_batch(tree, popen, free_port, torchless):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE), "-B",
-                            "--count", "7", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+                            "--count", "7", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True,
+                           env=torchless)
         (batches,) = receive(conn, 1, proc)
     check_batches(batches)
     assert len(batches) == 7
@@ -146,10 +158,10 @@ def test_benchmark_mode_repeats_one_batch(tree, popen, free_port):
     finish(proc)
 
 
-def test_default_pub_sub_with_benchmark(tree, popen, free_port):
+def test_default_pub_sub_with_benchmark(tree, popen, free_port, torchless):
     port = free_port()
     proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "2", "--size", "16", "-B", "-r", "0",
-                        f"zpub://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+                        f"zpub://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True, env=torchless)
     with Connection(f"zsub://127.0.0.1:{port}", epoch=3, timeout=30) as conn:
         batches = [batch for batch in conn]  # PUB/SUB never ends by itself: epoch=3 bounds the pass
     assert len(batches) == 3
@@ -157,11 +169,12 @@ def test_default_pub_sub_with_benchmark(tree, popen, free_port):
     assert proc.poll() is None  # still serving, forever by default
 
 
-def test_shards_server(shards, popen, free_port):
+def test_shards_server(shards, popen, free_port, torchless):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-shards"), "-u", shards, "-b", "4", "--size", "20", "--shuffle", "-P", "2",
-                            "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+                            "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True,
+                           env=torchless)
         epochs = receive(conn, 2, proc)
     total = np.concatenate([check_batches(batches, size=20) for batches in epochs])
     assert sorted(total) == sorted(list(range(CLASSES)) * PER_CLASS * 2)
@@ -189,12 +202,12 @@ def http_base(shards):
     thread.join(timeout=5)
 
 
-def test_shards_server_over_http(http_base, popen, free_port):
+def test_shards_server_over_http(http_base, popen, free_port, torchless):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-shards"), "-u", f"{http_base}/part-{{0..1}}.tar", "-b", "5",
                             "--size", "16", "-w", "2", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env=torchless)
         (batches,) = receive(conn, 1, proc)
     assert sorted(check_batches(batches, size=16)) == sorted(list(range(CLASSES)) * PER_CLASS)
     finish(proc)
@@ -212,21 +225,32 @@ def test_shards_server_over_http(http_base, popen, free_port):
         ["--no-such-option"],
     ],
 )
-def test_bad_arguments_exit_2_with_one_line(tree, args):
-    command = [*tool("serve-imagenet-dir"), *(args if "-d" in args else ["-d", str(tree), *args])]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "error" in result.stderr
+def test_bad_arguments_exit_2_with_one_line(tree, capsys, args):
+    from tensorcom.cli.serve_imagenet import main_dir
+
+    refused = refusal(capsys, main_dir, args if "-d" in args else ["-d", str(tree), *args])
+    assert "error" in refused
+
+
+def refusal(capsys, main, argv: list[str]) -> str:
+    """The one stderr line of `main(argv)` (a tool's entry point, run here), which must exit 2 before
+    it starts a process."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert multiprocessing.active_children() == []
+    return err
 
 
 @pytest.mark.parametrize("name", ["serve-imagenet-dir", "serve-imagenet-shards"])
-def test_old_dash_s_is_refused_with_the_flag_to_use(tree, name):
+def test_old_dash_s_is_refused_with_the_flag_to_use(tree, capsys, name):
     # 0.1's -S meant --no-shuffle in one server and --shuffle in the other: neither guess is safe
-    command = [*tool(name), *(["-d", str(tree)] if name.endswith("dir") else ["-u", "x.tar"]), "-S"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "--shuffle" in result.stderr and "--no-shuffle" in result.stderr
+    from tensorcom.cli.serve_imagenet import main_dir, main_shards
+
+    main = main_dir if name.endswith("dir") else main_shards
+    refused = refusal(capsys, main, [*(["-d", str(tree)] if name.endswith("dir") else ["-u", "x.tar"]), "-S"])
+    assert "--shuffle" in refused and "--no-shuffle" in refused
 
 
 @pytest.mark.parametrize("argv, shuffle", [([], True), (["--no-shuffle"], False), (["--shuffle"], True)])
@@ -256,6 +280,7 @@ def test_server_urls_around_options(argv):
 
 
 def test_shards_needs_url():
+    # the console script itself (the arguments refused above are refused in this process)
     result = subprocess.run(tool("serve-imagenet-shards"), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "-u" in result.stderr
@@ -299,49 +324,47 @@ def test_tensorcom_serve_user_function(user_module, popen, free_port, function, 
 
 
 @pytest.mark.parametrize("order", ["factory -w URL", "-w factory URL", "factory URL -w"])
-def test_tensorcom_serve_options_anywhere(user_module, popen, free_port, order):
-    # `tensorcom serve mod:fn -w 2 URL` was rejected: the URL came after an option
-    port = free_port()
-    words = {"factory": ["usermod_h7:pipeline"], "-w": ["-w", "2"], "URL": [f"zpush://127.0.0.1:{port}"]}
-    argv = [word for part in order.split() for word in words[part]]
-    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start([*tool("tensorcom"), "serve", *argv, "--epochs", "1", "-r", "0"], cwd=user_module,
-                           stderr=subprocess.PIPE, text=True)
-        (batches,) = receive(conn, 1, proc)
-    assert sorted(int(x) for batch in batches for x in batch[1]) == list(range(12))  # both workers' portions
-    finish(proc)
+def test_tensorcom_serve_options_anywhere(order):
+    # `tensorcom serve mod:fn -w 2 URL` was rejected: the URL came after an option (served with -w 2 above)
+    from tensorcom.cli.serve import build_parser
+
+    words = {"factory": ["usermod_h7:pipeline"], "-w": ["-w", "2"], "URL": ["zpush://127.0.0.1:9"]}
+    args = build_parser().parse_args([word for part in order.split() for word in words[part]] + ["--epochs", "1"])
+    assert (args.factory, args.urls, args.workers, args.epochs) == ("usermod_h7:pipeline", ["zpush://127.0.0.1:9"], 2, 1)
 
 
-def test_tensorcom_serve_shuffle(user_module, popen, free_port):
+def test_tensorcom_serve_shuffle_and_count_runs_epochs_back_to_back(user_module, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("tensorcom"), "serve", "usermod_h7:batches", f"zpush://127.0.0.1:{port}", "--shuffle",
-                            "--shuffle-buffer", "6", "--epochs", "1", "-r", "0"], cwd=user_module,
+                            "--shuffle-buffer", "6", "--count", "9", "-r", "0"], cwd=user_module,
                            stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
     order = [int(batch[1][0]) for batch in batches]
-    assert sorted(order) == list(range(6)) and order != list(range(6))
+    assert len(order) == 9  # 6 batches per epoch: one epoch and a half, then one end-of-epoch marker
+    assert sorted(order[:6]) == list(range(6)) and order[:6] != list(range(6))  # epoch 0, shuffled
+    assert len(set(order[6:])) == 3 and set(order[6:]) <= set(range(6))  # half of epoch 1
     finish(proc)
 
 
-@pytest.mark.parametrize("factory", ["usermod_h7:missing", "usermod_h7", "no_such_module_h7:f", "usermod_h7:not_batches"])
-def test_tensorcom_serve_bad_factory(user_module, free_port, factory):
+@pytest.mark.parametrize("factory", ["usermod_h7:missing", "usermod_h7", "no_such_module_h7:f"])
+def test_tensorcom_serve_bad_factory(user_module, capsys, monkeypatch, factory):
+    from tensorcom.cli.main import main
+
+    monkeypatch.chdir(user_module)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # serve puts the current directory on it
+    refused = refusal(capsys, main, ["serve", factory, "zpush://127.0.0.1:9", "--epochs", "1", "-r", "0"])
+    assert factory.split(":")[0] in refused
+
+
+def test_tensorcom_serve_factory_that_makes_no_batches(user_module, free_port):
+    # found in the serving process: the console script exits 2 with one error line
+    factory = "usermod_h7:not_batches"
     command = [*tool("tensorcom"), "serve", factory, f"zpush://127.0.0.1:{free_port()}", "--epochs", "1", "-r", "0"]
     result = subprocess.run(command, cwd=user_module, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1 and factory.split(":")[0] in errors[0]
-
-
-def test_tensorcom_serve_count_runs_epochs_back_to_back(user_module, popen, free_port):
-    port = free_port()
-    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start([*tool("tensorcom"), "serve", "usermod_h7:pipeline", f"zpush://127.0.0.1:{port}",
-                            "--count", "6", "-r", "0"], cwd=user_module, stderr=subprocess.PIPE, text=True)
-        (batches,) = receive(conn, 1, proc)
-    assert len(batches) == 6  # 4 batches per epoch: one epoch and a half, then one end-of-epoch marker
-    assert sorted(int(x) for b in batches[:4] for x in b[1]) == list(range(12))
-    finish(proc)
+    assert len(errors) == 1 and "usermod_h7" in errors[0]
 
 
 def digests(batches) -> list[str]:
@@ -351,27 +374,28 @@ def digests(batches) -> list[str]:
     return sorted(hashlib.sha1(images.tobytes() + labels.tobytes()).hexdigest() for images, labels in batches)
 
 
-def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, free_port, tmp_path):
+def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, free_port, tmp_path, torchless):
     """serve-imagenet-dir with 2 publishers, killed after the consumer took 3 of 10 batches; restarted
-    with --resume FILE it sends the other 7: before + after is the uninterrupted epoch, no repeat."""
+    with --resume FILE it sends the other 7: before + after is the uninterrupted epoch (its two
+    portions, made here as the servers make them), no repeat."""
     import json
     import os
     import signal
+
+    from tensorcom.images.imagenet import dir_pipeline
 
     def command(port, *more):
         return [*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "2", "--size", "16", "-P", "2",
                 "--seed", "5", "--epochs", "1", "-r", "0", *more, f"zpush://127.0.0.1:{port}"]
 
-    port = free_port()
-    with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start(command(port), stderr=subprocess.PIPE, text=True)
-        (whole,) = receive(conn, 1, proc)
-    finish(proc)
+    with pillow_resize():  # as the servers, which run without torch
+        pipeline = dir_pipeline(str(tree / "train"), batch_size=2, size=16, seed=5)
+        whole = [batch for portion in range(2) for batch in pipeline.shard(portion, 2)]
     assert sum(len(labels) for _, labels in whole) == CLASSES * PER_CLASS  # 2 portions of 9: 5 batches each
 
     port, state_path = free_port(), tmp_path / "feed.json"
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
-        proc = popen.start(command(port), stderr=subprocess.DEVNULL)
+        proc = popen.start(command(port), stderr=subprocess.DEVNULL, env=torchless)
         before = [conn.recv() for _ in range(3)]
         conn.save_state(state_path)
         os.killpg(proc.pid, signal.SIGKILL)
@@ -380,7 +404,8 @@ def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, fr
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         conn.load_state_dict(json.loads(state_path.read_text()))
-        proc = popen.start(command(port, "--resume", str(state_path)), stderr=subprocess.PIPE, text=True)
+        proc = popen.start(command(port, "--resume", str(state_path)), stderr=subprocess.PIPE, text=True,
+                           env=torchless)
         (after,) = receive(conn, 1, proc)
     finish(proc)
     assert len(after) == len(whole) - 3
