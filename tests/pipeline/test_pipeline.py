@@ -145,16 +145,16 @@ def test_pipelines_pickle_when_built_from_module_level_parts():
 
 
 @pytest.mark.procs
-# fork: in a fresh interpreter, so that no thread another test started (torch, JAX) is forked
-@pytest.mark.parametrize("context", [pytest.param("fork", marks=pytest.mark.isolated), "spawn"])
-def test_torch_dataloader_workers_get_disjoint_portions(context):
+@pytest.mark.isolated  # in a fresh interpreter, so that no thread another test started (torch, JAX) is forked
+def test_torch_dataloader_workers_get_disjoint_portions():
+    """Forked workers; spawned ones: test_resume's DataLoader over a pipeline of a ShardDataset."""
     torch = pytest.importorskip("torch")
     from tensorcom.adapters.torch import iterable_dataset
 
     dataset = iterable_dataset(Pipeline(range(20)).map(square))
     assert isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) == 20
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
-                                         multiprocessing_context=context, timeout=60)
+                                         multiprocessing_context="fork", timeout=60)
     assert sorted(int(x) for x in loader) == [x * x for x in range(20)]
 
 

@@ -1,6 +1,7 @@
 """Exact resume: the samples before a checkpoint plus those after a restart from it are one epoch,
 with no duplicate and nothing missing — in-process, with thread and process workers, and under
-torchdata's StatefulDataLoader with 0, 1 and 2 (spawned) workers. Plus the DataLoader double split."""
+torchdata's StatefulDataLoader with 0 and 2 (spawned) workers. Plus the DataLoader double split.
+What worker processes run comes from worker_functions, which imports nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from tensorcom import shards
 from tensorcom.adapters.torch import iterable_dataset
 from tensorcom.pipeline import Pipeline, ShardDataset, ShardSource
+from worker_functions import key_of, keys_of_batch, noisy, unchanged  # tests/pipeline/worker_functions.py
 
 NSHARDS, PER_SHARD = 8, 25
 ALL = [f"s{s}-{i:02d}" for s in range(NSHARDS) for i in range(PER_SHARD)]
@@ -25,18 +27,6 @@ def urls(tmp_path_factory):
         for key in ALL:
             writer.write({"__key__": key, "cls": int(key[1]), "txt": key})
     return f"{root}/d-{{00..{NSHARDS - 1:02d}}}.tar"
-
-
-def key_of(sample):
-    return sample["__key__"]
-
-
-def keys_of_batch(batch):
-    return list(batch["__key__"])
-
-
-def noisy(sample, rng):
-    return {**sample, "noise": float(rng.random())}
 
 
 def flat(batches):
@@ -54,24 +44,45 @@ def resumed(make, stop, flatten=flat):
     return flatten(before), flatten(list(second))
 
 
+# processes=False: the same pipeline with threads (or inline), whose order the process pipeline must match
 PIPELINES = {
-    "in-process": lambda urls: Pipeline(ShardSource(urls, shuffle=True), seed=3).shuffle(20).map(noisy, rng=True).batch(7),
-    "thread map": lambda urls: Pipeline(ShardSource(urls), seed=3).shuffle(9).map(noisy, rng=True, workers=3).batch(5),
-    "process map": lambda urls: Pipeline(ShardSource(urls), seed=3).map(noisy, rng=True, workers=2, processes=True).batch(6),
-    "thread parallel": lambda urls: Pipeline(ShardSource(urls), seed=3).shuffle(9).batch(4).parallel(3, processes=False),
-    "process parallel": lambda urls: Pipeline(ShardSource(urls), seed=3).shuffle(9).batch(4).parallel(2).prefetch(2),
+    "in-process": lambda urls, processes=False: Pipeline(ShardSource(urls, shuffle=True), seed=3).shuffle(20)
+    .map(noisy, rng=True).batch(7),
+    "thread map": lambda urls, processes=False: Pipeline(ShardSource(urls), seed=3).shuffle(9)
+    .map(noisy, rng=True, workers=3).batch(5),
+    "process map": lambda urls, processes=True: Pipeline(ShardSource(urls), seed=3)
+    .map(noisy, rng=True, workers=2, processes=processes).batch(6),
+    "thread parallel": lambda urls, processes=False: Pipeline(ShardSource(urls), seed=3).shuffle(9).batch(4)
+    .parallel(3, processes=False),
+    "process parallel": lambda urls, processes=True: Pipeline(ShardSource(urls), seed=3).shuffle(9).batch(4)
+    .parallel(2, processes=processes).prefetch(2),
 }
+
+
+def checkpointed(pipeline, stops):
+    """One pass of `pipeline` whose state is saved after each of `stops` items: (its items, {stop: state})."""
+    items, states = [], {}
+    for item in pipeline:
+        items.append(item)
+        if len(items) in stops:
+            states[len(items)] = json.loads(json.dumps(pipeline.state_dict()))
+    return items, states
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_pipeline_resume_is_exact(urls, name):
-    make = lambda: PIPELINES[name](urls)
-    full = flat(make())
-    assert sorted(full) == sorted(ALL)
-    for stop in (1, 4, 13):
-        before, after = resumed(make, stop)
-        assert before + after == full, stop
+    """One pass saves its state after 1, 4 and 13 batches (and is the same pass as one that saves
+    nothing, with threads in place of processes); a fresh pipeline loaded with each state yields the rest."""
+    make = lambda **kw: PIPELINES[name](urls, **kw)
+    items, states = checkpointed(make(), (1, 4, 13))
+    full = flat(items)
+    assert sorted(full) == sorted(ALL) and full == flat(make(processes=False))
+    assert sorted(states) == [1, 4, 13]
+    for stop, state in states.items():
+        second = make()
+        second.load_state_dict(state)
+        assert flat(items[:stop]) + flat(second) == full, stop
 
 
 @pytest.mark.parametrize("options", [dict(shuffle=True, shuffle_buffer=15), dict(resampled=True, epochs=2),
@@ -100,20 +111,30 @@ def test_a_misspelled_pipeline_option_fails_when_built():
 @pytest.mark.procs
 @pytest.mark.timeout(180)
 def test_a_dataloader_over_a_pipeline_of_a_shard_dataset_yields_every_sample_once(tmp_path):
-    """Regression: ShardDataset split by DataLoader worker and Pipeline split again (1,000 of 2,000)."""
+    """Regression: ShardDataset split by DataLoader worker and Pipeline split again (100 of 200); spawned
+    workers take disjoint portions that cover everything (forked ones: test_pipeline). Then the pipeline's own state_dict() warns: a plain DataLoader's workers hold the position."""
+    import warnings
+
     torch_data = pytest.importorskip("torch.utils.data")
-    with shards.ShardWriter(str(tmp_path / "u-%02d.tar"), maxcount=100) as writer:
-        for i in range(2000):
+    with shards.ShardWriter(str(tmp_path / "u-%02d.tar"), maxcount=10) as writer:
+        for i in range(200):
             writer.write({"__key__": f"{i:04d}", "cls": i})
     p = Pipeline(ShardDataset(f"{tmp_path}/u-{{00..19}}.tar")).batch(10)
-    loader = torch_data.DataLoader(iterable_dataset(p), batch_size=None, num_workers=2, timeout=60,
+    dataset = iterable_dataset(p)
+    assert isinstance(dataset, torch_data.IterableDataset)
+    loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60,
                                    multiprocessing_context="spawn", collate_fn=keys_of_batch)
     got = [k for batch in loader for k in batch]
-    assert len(got) == 2000 and sorted(got) == [f"{i:04d}" for i in range(2000)]
-
-
-def unchanged(sample):
-    return sample
+    assert len(got) == 200 and sorted(got) == [f"{i:04d}" for i in range(200)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state = p.state_dict()
+    assert state["chain"] is None
+    assert any("StatefulDataLoader" in str(w.message) for w in caught)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Pipeline(range(3)).state_dict()
+    assert not caught
 
 
 def stateful_loader(dataset, workers):
@@ -132,7 +153,7 @@ DATASETS = {
 
 @pytest.mark.procs
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("workers", [0, 2])  # in-process, and the worker path (2: each its portion)
 @pytest.mark.parametrize("kind", sorted(DATASETS))
 def test_stateful_dataloader_resumes_exactly(urls, kind, workers, caplog):
     pytest.importorskip("torchdata.stateful_dataloader")
@@ -160,27 +181,3 @@ def _pipeline_states(state):
     if isinstance(state, (list, tuple)):
         return [s for v in state for s in _pipeline_states(v)]
     return []
-
-
-def test_state_of_a_dataset_read_by_plain_dataloader_workers_warns(tmp_path):
-    """A plain DataLoader's workers hold the position: the dataset's own state_dict() says so."""
-    import warnings
-
-    from torch.utils.data import DataLoader
-
-    from tensorcom import Pipeline
-
-    pipeline = Pipeline(range(40))
-    loader = DataLoader(iterable_dataset(pipeline), num_workers=1, batch_size=None, multiprocessing_context="spawn",
-                        timeout=60)
-    taken = list(itertools.islice(iter(loader), 5))
-    assert taken == [0, 1, 2, 3, 4]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        state = pipeline.state_dict()
-    assert state["chain"] is None
-    assert any("StatefulDataLoader" in str(w.message) for w in caught)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        Pipeline(range(3)).state_dict()
-    assert not caught
