@@ -1,6 +1,6 @@
 """Autoscaled augmentation in the ImageNet pipelines and `serve-imagenet-dir -w auto`: the batches are
-those of a fixed -w (0 in the process, 1 as a server has it), batch for batch, whatever the pool's
-size does while it runs."""
+those of a fixed -w 0, batch for batch, whatever the pool's size does while it runs. The server runs
+without torch (tests/torchless.py), so its batches are compared with ones resized by Pillow here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from torchless import pillow_resize, torchless_env
 
 from tensorcom import Connection
 from tensorcom.images.imagenet import dir_pipeline
@@ -82,16 +83,15 @@ def test_resizing_mid_epoch_changes_no_batch(folder, capfd):
 
 @pytest.mark.net
 @pytest.mark.procs
-def test_serve_imagenet_dir_auto_sends_the_batches_of_a_fixed_pool(folder, popen, free_port):
+def test_serve_imagenet_dir_auto_sends_the_batches_of_a_fixed_pool(folder, popen, free_port, tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(folder), "-b", "3",
                "--size", str(SIZE), "--seed", "4", "--epochs", "1", "-r", "0", "-w", "auto", "--max-workers", "2",
                f"zpush://127.0.0.1:{port}"]
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start(command, stderr=subprocess.PIPE, text=True)
+        proc = popen.start(command, stderr=subprocess.PIPE, text=True, env=torchless_env(tmp_path))
         served = [(images, labels) for images, labels in conn]
     assert proc.wait(timeout=30) == 0, proc.stderr.read()
-    # a dedicated process (as the server's) resizes as its fast path does: computed in one, not here
-    fixed = dir_pipeline(str(folder), batch_size=3, size=SIZE, seed=4, workers=1, dedicated=True)
-    expected = batches_of(fixed, epochs=1)
+    with pillow_resize():
+        expected = batches_of(dir_pipeline(str(folder), batch_size=3, size=SIZE, seed=4, workers=0), epochs=1)
     assert_same(served, expected)
