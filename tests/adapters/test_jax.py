@@ -1,6 +1,6 @@
 """adapters/jax.py: batches → jax arrays by jax.device_put, one pass per iteration, sharded along the
-batch axis over local devices (two forced host devices, in a subprocess: XLA reads its flags once). Every
-test runs JAX in an interpreter of its own (`isolated`, or a subprocess of its own), never in the test process."""
+batch axis over local devices (two forced host devices: XLA reads its flags once). JAX runs in one
+interpreter of its own (the `isolated` test, which runs every check), never in the test process."""
 
 import os
 import subprocess
@@ -22,19 +22,17 @@ def batch(i: int, n: int = 4) -> list:
     return [np.full((n, 5, 7, 3), i, np.uint8), np.arange(n, dtype=np.int32) + 10 * i]
 
 
-@pytest.mark.isolated
-def test_fields_become_jax_arrays_in_the_same_container():
+def check_fields_become_jax_arrays_in_the_same_container():
     out = to_jax({"jpg": batch(1)[0], "cls": batch(1)[1], "__key__": ["a"] * 4, "n": 3, "s": np.array(["x"])})
     assert isinstance(out["jpg"], jax.Array) and out["jpg"].shape == (4, 5, 7, 3) and out["jpg"].dtype == np.uint8
     assert out["cls"].dtype == np.int32 and out["cls"].tolist() == [10, 11, 12, 13]
     assert out["__key__"] == ["a"] * 4 and out["n"] == 3 and isinstance(out["s"], np.ndarray)
     assert isinstance(to_jax(tuple(batch(0))), tuple) and isinstance(to_jax(batch(0)), list)
-    device = jax.devices()[0]
+    device = jax.devices()[1]
     assert to_jax(batch(0), device=device)[0].devices() == {device}
 
 
-@pytest.mark.isolated
-def test_bad_arguments():
+def check_bad_arguments():
     with pytest.raises(TypeError, match="ndarray"):
         to_jax(np.zeros(3))
     with pytest.raises(ValueError, match="sharding or device"):
@@ -45,24 +43,35 @@ def test_bad_arguments():
         batch_sharding([])
 
 
-@pytest.mark.isolated
-def test_iterate_one_pass_of_a_pipeline_each_time():
+def check_iterate_one_pass_of_a_pipeline_each_time():
     pipeline = Pipeline([batch(i) for i in range(5)])
     for prefetch in (0, 2, 10):
         passes = [[int(images[0, 0, 0, 0]) for images, _ in iterate(pipeline, prefetch=prefetch)] for _ in range(2)]
         assert passes == [[0, 1, 2, 3, 4]] * 2
 
 
-@pytest.mark.isolated
-def test_one_device_sharding_keeps_whole_batches():
-    images, labels = to_jax(batch(2), sharding=batch_sharding())
-    assert images.shape == (4, 5, 7, 3) and len(images.addressable_shards) == len(jax.local_devices())
+def check_one_device_sharding_keeps_whole_batches():
+    images, labels = to_jax(batch(2), sharding=batch_sharding(jax.devices()[:1]))
+    assert images.shape == (4, 5, 7, 3) and [s.data.shape for s in images.addressable_shards] == [(4, 5, 7, 3)]
 
 
-@pytest.mark.net
-@pytest.mark.isolated
-def test_a_connection_pass_ends_at_its_marker(free_port):
-    url = f"127.0.0.1:{free_port()}"
+def check_sharding_over_two_host_devices():
+    sharding = batch_sharding()
+    out = to_jax({"x": np.arange(48, dtype=np.float32).reshape(8, 6), "y": np.arange(8, dtype=np.int32),
+                  "scale": np.array(2.0, np.float32)}, sharding=sharding)
+    assert len(jax.local_devices()) == 2 and sharding.mesh.axis_names == ("batch",)
+    for name, shape, firsts in (("x", (4, 6), [0, 24]), ("y", (4,), [0, 4])):  # rows 0-3 on device 0, 4-7 on 1
+        shards = sorted(out[name].addressable_shards, key=lambda s: s.device.id)
+        assert [s.device.id for s in shards] == [0, 1] and [s.data.shape for s in shards] == [shape, shape]
+        assert [int(s.data.ravel()[0]) for s in shards] == firsts
+    assert out["scale"].sharding.is_fully_replicated  # rank 0: replicated
+    assert float(jax.jit(lambda x: x.sum())(out["x"])) == 1128.0
+    with pytest.raises(ValueError, match=r"^field 0 of shape \(5, 2\) cannot"):
+        to_jax([np.zeros((5, 2), np.float32)], sharding=sharding)
+
+
+def check_a_connection_pass_ends_at_its_marker(port: int):
+    url = f"127.0.0.1:{port}"
     with Connection(f"zpull://{url}", timeout=10) as receiver, Connection(f"zpush://{url}", timeout=10) as sender:
         def send():
             for epoch in range(2):
@@ -79,36 +88,20 @@ def test_a_connection_pass_ends_at_its_marker(free_port):
                       [(np.uint8, (4, 5, 7, 3), 10 * i) for i in range(3, 6)]]
 
 
-SHARDED = """
-import numpy as np, jax, tensorcom
-sharding = tensorcom.jax.batch_sharding()
-out = tensorcom.jax.to_jax({"x": np.arange(48, dtype=np.float32).reshape(8, 6), "y": np.arange(8, dtype=np.int32),
-                           "scale": np.array(2.0, np.float32)}, sharding=sharding)
-print(len(jax.local_devices()), sharding.mesh.axis_names)
-for name in ("x", "y"):
-    shards = sorted(out[name].addressable_shards, key=lambda s: s.device.id)
-    print(name, [s.device.id for s in shards], [s.data.shape for s in shards], [int(s.data.ravel()[0]) for s in shards])
-print("scale", out["scale"].sharding.is_fully_replicated)
-print("sum", float(jax.jit(lambda x: x.sum())(out["x"])))
-try:
-    tensorcom.jax.to_jax([np.zeros((5, 2), np.float32)], sharding=sharding)
-except ValueError as exc:
-    print("error", str(exc).split(" cannot")[0])
-"""
-
-
-def test_sharding_over_two_host_devices():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
-        "2 ('batch',)",
-        "x [0, 1] [(4, 6), (4, 6)] [0, 24]",  # rows 0-3 on device 0, rows 4-7 on device 1
-        "y [0, 1] [(4,), (4,)] [0, 4]",
-        "scale True",  # rank 0: replicated
-        "sum 1128.0",
-        "error field 0 of shape (5, 2)",
-    ]
+@pytest.mark.net
+@pytest.mark.isolated
+def test_the_adapter_over_two_host_devices(monkeypatch, free_port):
+    """Every check above, in the one interpreter this test has (`isolated`), with two forced host
+    devices: XLA reads its flags when JAX first starts its CPU backend, after this sets them."""
+    monkeypatch.setenv("XLA_FLAGS", f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2")
+    jax.config.update("jax_platforms", "cpu")
+    assert len(jax.devices()) == 2, "JAX's CPU backend started before XLA_FLAGS was set"
+    check_fields_become_jax_arrays_in_the_same_container()
+    check_bad_arguments()
+    check_iterate_one_pass_of_a_pipeline_each_time()
+    check_one_device_sharding_keeps_whole_batches()
+    check_sharding_over_two_host_devices()
+    check_a_connection_pass_ends_at_its_marker(free_port())
 
 
 def test_without_jax_the_error_names_the_extra():
