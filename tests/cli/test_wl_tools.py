@@ -1,7 +1,11 @@
-"""The wl-* tools, each run as a real subprocess (its console script) on shards written by ShardWriter."""
+"""The wl-* tools on shards written by ShardWriter: each tool's main run in this process as its console
+script runs it (`here`: exit status, stdout and stderr as bytes; the worker processes of -p N and the
+shell commands of wl-xargs are real), and as a real subprocess (its console script) where a signal, a
+kill or stdin is the point."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -68,6 +72,30 @@ def run(popen, name: str, *args: str, cwd=None, env=None) -> subprocess.Complete
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.fixture
+def here(capsysbinary, monkeypatch):
+    """Call as here(name, *args, cwd=None, env=None): tool `name`'s main run in this process with
+    sys.argv as its console script has it, in directory `cwd`, with the variables `env` added to the
+    environment; a CompletedProcess with its exit status and its stdout and stderr as bytes."""
+
+    def call(name: str, *args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+        main = importlib.import_module("tensorcom.cli." + name.replace("-", "_")).main
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(sys, "argv", [name, *args])
+        capsysbinary.readouterr()
+        try:
+            status = main(list(args)) or 0
+        except SystemExit as exc:
+            status = exc.code
+        out, err = capsysbinary.readouterr()
+        return subprocess.CompletedProcess([name, *args], status, out, err)
+
+    return call
+
+
 def assert_usage_error(result: subprocess.CompletedProcess, *words: str) -> None:
     """Exit status 2 and exactly one stderr line containing every word."""
     err = result.stderr.decode()
@@ -78,8 +106,8 @@ def assert_usage_error(result: subprocess.CompletedProcess, *words: str) -> None
 
 
 @pytest.mark.parametrize("name", TOOLS)
-def test_help(popen, name):
-    result = run(popen, name, "--help")
+def test_help(here, name):
+    result = here(name, "--help")
     assert result.returncode == 0
     assert result.stdout.decode().startswith(f"usage: {name}")
 
@@ -87,33 +115,33 @@ def test_help(popen, name):
 @pytest.mark.parametrize("name,extra", [("wl-cat", ["txt"]), ("wl-extract", []), ("wl-dump", ["-o", "x"]),
                                         ("wl-info", []), ("wl-test", []), ("wl-map", ["-e", "sample"]),
                                         ("wl-xargs", ["-c", "true"])])
-def test_missing_shard_is_one_line_and_status_2(popen, tmp_path, name, extra):
+def test_missing_shard_is_one_line_and_status_2(here, tmp_path, name, extra):
     missing = str(tmp_path / "nothing-here.tar")
-    result = run(popen, name, missing, *extra, cwd=tmp_path)
+    result = here(name, missing, *extra, cwd=tmp_path)
     assert_usage_error(result, "nothing-here.tar")
 
 
-def test_bad_url_scheme_is_one_line_and_status_2(popen):
-    assert_usage_error(run(popen, "wl-cat", "nosuch://host/x.tar", "txt"))
+def test_bad_url_scheme_is_one_line_and_status_2(here):
+    assert_usage_error(here("wl-cat", "nosuch://host/x.tar", "txt"))
 
 
-def test_cat_writes_raw_bytes_after_skip(popen, data):
+def test_cat_writes_raw_bytes_after_skip(here, data):
     url, raw = data
-    assert run(popen, "wl-cat", url, "bin").stdout == raw[0]["bin"]
-    assert run(popen, "wl-cat", url, "bin", "7").stdout == raw[7]["bin"]  # second shard
-    assert run(popen, "wl-cat", url, "jpg;png", "3").stdout == raw[3]["png"]
-    assert run(popen, "wl-cat", url, "__key__", "11").stdout == b"s11"
+    assert here("wl-cat", url, "bin").stdout == raw[0]["bin"]
+    assert here("wl-cat", url, "bin", "7").stdout == raw[7]["bin"]  # second shard
+    assert here("wl-cat", url, "jpg;png", "3").stdout == raw[3]["png"]
+    assert here("wl-cat", url, "__key__", "11").stdout == b"s11"
 
 
-def test_cat_missing_field_or_sample(popen, data):
+def test_cat_missing_field_or_sample(here, data):
     url, _ = data
-    assert_usage_error(run(popen, "wl-cat", url, "jpg", "2"), "s02", "jpg")
-    assert_usage_error(run(popen, "wl-cat", url, "txt", str(NSAMPLES)), "after skipping")
+    assert_usage_error(here("wl-cat", url, "jpg", "2"), "s02", "jpg")
+    assert_usage_error(here("wl-cat", url, "txt", str(NSAMPLES)), "after skipping")
 
 
-def test_extract_tsv(popen, data):
+def test_extract_tsv(here, data):
     url, _ = data
-    result = run(popen, "wl-extract", url, "-f", "__key__,cls", "txt", "json", "png", "-c", "5")
+    result = here("wl-extract", url, "-f", "__key__,cls", "txt", "json", "png", "-c", "5")
     lines = result.stdout.decode().splitlines()
     assert len(lines) == 5
     assert lines[1].split("\t")[:3] == ["s01", "1", "text 1"]
@@ -122,9 +150,9 @@ def test_extract_tsv(popen, data):
     assert all(line.split("\t")[4].endswith(" bytes>") for line in lines)
 
 
-def test_extract_json_lines_with_skip_and_missing(popen, data):
+def test_extract_json_lines_with_skip_and_missing(here, data):
     url, raw = data
-    result = run(popen, "wl-extract", url, "-f", "__key__ cls json nope", "--json", "-s", "10")
+    result = here("wl-extract", url, "-f", "__key__ cls json nope", "--json", "-s", "10")
     rows = [json.loads(line) for line in result.stdout.decode().splitlines()]
     assert rows == [{"__key__": f"s{i}", "cls": i % 3, "json": {"i": i, "name": f"n{i}"}, "nope": None}
                     for i in (10, 11)]
@@ -141,10 +169,10 @@ def test_extract_decode_error_names_shard_key_and_field():
     assert info.value.url == "x.tar" and info.value.member == "k1.json"
 
 
-def test_dump_writes_key_ext_files(popen, data, tmp_path):
+def test_dump_writes_key_ext_files(here, data, tmp_path):
     url, raw = data
     out = tmp_path / "dump"
-    result = run(popen, "wl-dump", url, "-o", str(out), "-c", "4", "-f", "bin", "txt")
+    result = here("wl-dump", url, "-o", str(out), "-c", "4", "-f", "bin", "txt")
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(out)) == sorted(f"s{i:02d}.{e}" for i in range(4) for e in ("bin", "txt"))
     assert (out / "s02.bin").read_bytes() == raw[2]["bin"]
@@ -153,16 +181,16 @@ def test_dump_writes_key_ext_files(popen, data, tmp_path):
 
 
 @pytest.mark.parametrize("order", ["options first", "url between"])
-def test_extract_and_dump_take_the_url_after_list_options(popen, data, tmp_path, order):
+def test_extract_and_dump_take_the_url_after_list_options(here, data, tmp_path, order):
     # -f takes several words: `-f a b URL` used to swallow the URL as a field
     url, raw = data
     fields = ["-f", "__key__", "cls"]
     argv = [*fields, url, "-c", "3"] if order == "options first" else ["-c", "3", url, *fields]
-    result = run(popen, "wl-extract", *argv)
+    result = here("wl-extract", *argv)
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().splitlines() == [f"s{i:02d}\t{i % 3}" for i in range(3)]
     out = tmp_path / "dump"
-    result = run(popen, "wl-dump", "-f", "bin", "txt", url, "-o", str(out), "-c", "2")
+    result = here("wl-dump", "-f", "bin", "txt", url, "-o", str(out), "-c", "2")
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(out)) == sorted(f"s{i:02d}.{e}" for i in range(2) for e in ("bin", "txt"))
 
@@ -191,16 +219,16 @@ def test_options_before_between_and_after_the_url(tool, argv, expected):
     assert {key: args[key] for key in expected} == expected
 
 
-def test_dump_quotes_slashes_in_keys(popen, tmp_path):
+def test_dump_quotes_slashes_in_keys(here, tmp_path):
     with shards.TarWriter(str(tmp_path / "k.tar")) as sink:
         sink.write({"__key__": "a/b", "txt": "hello"})
-    run(popen, "wl-dump", str(tmp_path / "k.tar"), "-o", str(tmp_path / "d"))
+    here("wl-dump", str(tmp_path / "k.tar"), "-o", str(tmp_path / "d"))
     assert os.listdir(tmp_path / "d") == ["a%2Fb.txt"]
 
 
-def test_info_json(popen, data):
+def test_info_json(here, data):
     url, raw = data
-    result = run(popen, "wl-info", url, "--json", "-c", "10")
+    result = here("wl-info", url, "--json", "-c", "10")
     info = json.loads(result.stdout)
     assert info["samples"] == 10
     assert info["keysets"] == [{"fields": ["bin", "cls", "json", "png", "txt"], "count": 10}]
@@ -212,17 +240,17 @@ def test_info_json(popen, data):
     assert fields["txt"]["len"] == [6, len("text 4\twith tab")]
 
 
-def test_info_text(popen, data):
+def test_info_text(here, data):
     url, _ = data
-    text = run(popen, "wl-info", url).stdout.decode()
+    text = here("wl-info", url).stdout.decode()
     assert text.startswith(f"samples\t{NSAMPLES}\n")
     assert "\njson\n" in text and "\tshapes\t" in text
 
 
 @pytest.mark.parametrize("extra", [[], ["-d", "rgb8", "-p", "2"]])
-def test_test_counts_samples_and_bytes(popen, data, extra):
+def test_test_counts_samples_and_bytes(here, data, extra):
     url, raw = data
-    result = run(popen, "wl-test", url, "--json", *extra)
+    result = here("wl-test", url, "--json", *extra)
     report = json.loads(result.stdout)
     assert report["samples"] == NSAMPLES
     assert report["bytes"] == sum(len(v) for s in raw for k, v in s.items() if not k.startswith("__"))
@@ -257,18 +285,27 @@ def commands_with_marker(marker: str, program: str) -> list[int]:
 
 
 def marked_env() -> tuple[dict, str]:
+    """(this environment with a fresh marker variable, "NAME=VALUE" of the marker) for a subprocess."""
     marker = f"WL_TEST_MARKER={uuid.uuid4().hex}"
     name, value = marker.split("=")
     return dict(os.environ, **{name: value}), marker
 
 
+def mark_here(monkeypatch) -> str:
+    """A fresh marker variable set in this environment (for the test): the processes a tool run `here`
+    starts carry it, this process's /proc environ does not. Returns "NAME=VALUE"."""
+    _, marker = marked_env()
+    monkeypatch.setenv(*marker.split("="))
+    return marker
+
+
 @pytest.mark.parametrize("procs", ["0", "2"])
-def test_map_expression_in_order(popen, data, tmp_path, procs):
+def test_map_expression_in_order(here, data, tmp_path, procs, monkeypatch):
     url, raw = data
-    env, marker = marked_env()
+    marker = mark_here(monkeypatch)
     expr = 'dict(sample, cls=int(sample["cls"]) + 10, txt=sample["txt"].decode().upper())'
     pattern = str(tmp_path / "out-%04d.tar")
-    result = run(popen, "wl-map", url, "-e", expr, "-o", pattern, "-p", procs, "--maxcount", "5", env=env)
+    result = here("wl-map", url, "-e", expr, "-o", pattern, "-p", procs, "--maxcount", "5")
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(tmp_path)) == ["out-0000.tar", "out-0001.tar", "out-0002.tar"]
     out = list(shards.samples(str(tmp_path / "out-{0000..0002}.tar")))
@@ -278,13 +315,13 @@ def test_map_expression_in_order(popen, data, tmp_path, procs):
     assert processes_with_marker(marker) == []
 
 
-def test_map_module_function_drops_and_splits(popen, data, tmp_path):
+def test_map_module_function_drops_and_splits(here, data, tmp_path):
     url, raw = data
     (tmp_path / "mymod.py").write_text(
         "def f(sample):\n"
         "    if int(sample['cls']) == 0:\n        return None\n"
         "    return [{'txt': sample['txt']}, {'__key__': sample['__key__'] + '-b', 'cls': 1}]\n")
-    result = run(popen, "wl-map", url, "-m", "mymod.py:f", "-o", "all.tar", "-p", "2", cwd=tmp_path)
+    result = here("wl-map", url, "-m", "mymod.py:f", "-o", "all.tar", "-p", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = list(shards.samples(str(tmp_path / "all.tar")))
     kept = [s for s in raw if int(s["cls"]) != 0]
@@ -293,26 +330,26 @@ def test_map_module_function_drops_and_splits(popen, data, tmp_path):
 
 
 @pytest.mark.parametrize("procs", ["0", "2"])
-def test_map_error_names_the_key_and_leaves_no_process(popen, data, tmp_path, procs):
+def test_map_error_names_the_key_and_leaves_no_process(here, data, tmp_path, procs, monkeypatch):
     url, _ = data
-    env, marker = marked_env()
+    marker = mark_here(monkeypatch)
     expr = 'sample if sample["__key__"] != "s07" else 1 / 0'
-    result = run(popen, "wl-map", url, "-e", expr, "-o", str(tmp_path / "o.tar"), "-p", procs, env=env)
+    result = here("wl-map", url, "-e", expr, "-o", str(tmp_path / "o.tar"), "-p", procs)
     assert_usage_error(result, "ZeroDivisionError", "s07")
     assert processes_with_marker(marker) == []
 
 
-def test_map_bad_expression_and_module(popen, data):
+def test_map_bad_expression_and_module(here, data):
     url, _ = data
-    assert_usage_error(run(popen, "wl-map", url, "-e", "sample[", "-o", "x.tar"), "sample[")
-    assert_usage_error(run(popen, "wl-map", url, "-m", "no_such_module_xyz:f"), "no_such_module_xyz")
+    assert_usage_error(here("wl-map", url, "-e", "sample[", "-o", "x.tar"), "sample[")
+    assert_usage_error(here("wl-map", url, "-m", "no_such_module_xyz:f"), "no_such_module_xyz")
 
 
 @pytest.mark.parametrize("procs", ["0", "2"])
-def test_xargs_collects_files_in_order(popen, data, tmp_path, procs):
+def test_xargs_collects_files_in_order(here, data, tmp_path, procs):
     url, raw = data
     command = 'tr a-z A-Z < sample.txt > sample.up && printf %s "$KEY" > sample.key && rm sample.txt'
-    result = run(popen, "wl-xargs", url, "-c", command, "-f", "txt,cls", "-o", str(tmp_path / "x-%03d.tar"),
+    result = here("wl-xargs", url, "-c", command, "-f", "txt,cls", "-o", str(tmp_path / "x-%03d.tar"),
                  "-p", procs, "--maxcount", "100")
     assert result.returncode == 0, result.stderr
     out = list(shards.samples(str(tmp_path / "x-000.tar")))
@@ -321,15 +358,15 @@ def test_xargs_collects_files_in_order(popen, data, tmp_path, procs):
     assert out[5]["up"] == b"TEXT 5" and out[5]["key"] == b"s05" and out[5]["cls"] == raw[5]["cls"]
 
 
-def test_xargs_failure_names_the_key(popen, data, tmp_path):
+def test_xargs_failure_names_the_key(here, data, tmp_path):
     url, _ = data
-    result = run(popen, "wl-xargs", url, "-c", '[ "$KEY" != s03 ]', "-o", str(tmp_path / "o.tar"))
+    result = here("wl-xargs", url, "-c", '[ "$KEY" != s03 ]', "-o", str(tmp_path / "o.tar"))
     assert_usage_error(result, "s03", "status 1")
 
 
-def test_xargs_skip_errors_counts(popen, data, tmp_path):
+def test_xargs_skip_errors_counts(here, data, tmp_path):
     url, raw = data
-    result = run(popen, "wl-xargs", url, "-c", 'case "$KEY" in s0[2-4]) exit 3;; esac', "--skip-errors",
+    result = here("wl-xargs", url, "-c", 'case "$KEY" in s0[2-4]) exit 3;; esac', "--skip-errors",
                  "-p", "2", "-o", str(tmp_path / "o.tar"), "-f", "cls")
     assert result.returncode == 0, result.stderr
     assert "skipped 3 samples" in result.stderr.decode() and "s02" in result.stderr.decode()
@@ -337,10 +374,10 @@ def test_xargs_skip_errors_counts(popen, data, tmp_path):
     assert keys == [s["__key__"] for s in raw if s["__key__"] not in ("s02", "s03", "s04")]
 
 
-def test_xargs_timeout_kills_command_and_background(popen, data, tmp_path):
+def test_xargs_timeout_kills_command_and_background(here, data, tmp_path, monkeypatch):
     url, _ = data
-    env, marker = marked_env()
-    result = run(popen, "wl-xargs", url, "-c", "sleep 60 & sleep 60", "--timeout", "0.5", "-p", "2", env=env)
+    marker = mark_here(monkeypatch)
+    result = here("wl-xargs", url, "-c", "sleep 60 & sleep 60", "--timeout", "0.5", "-p", "2")
     assert_usage_error(result, "timed out", "s0")
     assert processes_with_marker(marker) == []
 
@@ -361,11 +398,11 @@ FAIL_AT_10 = {"wl-map": ["-e", 'sample if sample["__key__"] != "k10" else 1 / 0'
 
 @pytest.mark.parametrize("name", ["wl-map", "wl-xargs"])
 @pytest.mark.parametrize("procs", ["0", "2"])
-def test_failure_leaves_no_partial_output(popen, data25, tmp_path, name, procs):
-    result = run(popen, name, data25, *FAIL_AT_10[name], "-o", str(tmp_path / "out.tar"), "-p", procs)
+def test_failure_leaves_no_partial_output(here, data25, tmp_path, name, procs):
+    result = here(name, data25, *FAIL_AT_10[name], "-o", str(tmp_path / "out.tar"), "-p", procs)
     assert_usage_error(result, "k10", f"abandoned shard {tmp_path / 'out.tar'} holding 10 samples")
     assert os.listdir(tmp_path) == []
-    result = run(popen, name, data25, *FAIL_AT_10[name], "-o", str(tmp_path / "o-%02d.tar"), "--maxcount", "4",
+    result = here(name, data25, *FAIL_AT_10[name], "-o", str(tmp_path / "o-%02d.tar"), "--maxcount", "4",
                  "-p", procs)
     assert_usage_error(result, "k10", f"abandoned shard {tmp_path / 'o-02.tar'} holding 2 samples")
     assert sorted(os.listdir(tmp_path)) == ["o-00.tar", "o-01.tar"]
@@ -373,10 +410,9 @@ def test_failure_leaves_no_partial_output(popen, data25, tmp_path, name, procs):
     assert [s["__key__"] for s in out] == [f"k{i:02d}" for i in range(8)]
 
 
-def test_tools_read_every_shard_whatever_rank(popen, data):
+def test_tools_read_every_shard_whatever_rank(here, data):
     url, _ = data
-    env = dict(os.environ, RANK="1", WORLD_SIZE="2")
-    lines = run(popen, "wl-extract", url, env=env).stdout.decode().splitlines()
+    lines = here("wl-extract", url, env={"RANK": "1", "WORLD_SIZE": "2"}).stdout.decode().splitlines()
     assert lines == [f"s{i:02d}" for i in range(NSAMPLES)]
 
 
@@ -498,17 +534,17 @@ def test_run_tasks_rejects_negative_processes():
         run_tasks(slow_square, range(3), -1)
 
 
-def test_truncated_shard_is_reported_unless_end_blocks_are_waived(popen, data, tmp_path):
+def test_truncated_shard_is_reported_unless_end_blocks_are_waived(here, data, tmp_path):
     url, raw = data
     whole = url.replace("{000000..000001}", "000000")
     cut = tmp_path / "cut.tar"
     blob = open(whole, "rb").read()
     end = len(blob.rstrip(b"\0"))  # the last member ("txt") ends in text, not in zero bytes
     cut.write_bytes(blob[:end + (-end % 512)])  # every member whole, the end-of-archive blocks gone
-    result = run(popen, "wl-info", str(cut))
+    result = here("wl-info", str(cut))
     assert result.returncode != 0
     assert "truncated tar archive" in result.stderr.decode() and str(cut) in result.stderr.decode()
-    result = run(popen, "wl-extract", "--no-end-blocks", str(cut), "-f", "__key__")
+    result = here("wl-extract", "--no-end-blocks", str(cut), "-f", "__key__")
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().split() == [s["__key__"] for s in raw[:PER_SHARD]]
 
@@ -531,9 +567,9 @@ def test_progress_lines_on_a_plain_stderr_and_none_with_quiet(data, tmp_path, mo
     assert capsys.readouterr().err.splitlines() == [f"{prog}: {NSAMPLES} samples out"]
 
 
-def test_dump_refuses_a_sample_that_lacks_a_chosen_field(popen, data, tmp_path):
+def test_dump_refuses_a_sample_that_lacks_a_chosen_field(here, data, tmp_path):
     """wl-dump used to skip a missing field silently; it is the one missing-field rule's SampleError now."""
     url, _ = data
-    result = run(popen, "wl-dump", url, "-o", str(tmp_path / "dump"), "-c", "2", "-f", "bin,webp;gif")
+    result = here("wl-dump", url, "-o", str(tmp_path / "dump"), "-c", "2", "-f", "bin,webp;gif")
     message = result.stderr.decode()
     assert result.returncode != 0 and "'webp;gif'" in message and "'s00'" in message, message
