@@ -1,18 +1,25 @@
-"""BatchDataset under DDP: two CPU processes (gloo) see the same number of batches in every pass,
+"""BatchDataset under data-parallel training: two CPU processes (gloo, a gradient all-reduce per step, as
+DDP makes) see the same number of batches in every pass,
 whether each iterates its portion of a pipeline or joins one zsplit server, and a rank whose source
 fails stops the other instead of leaving it waiting (tests/adapters/torch_ddp_rank.py is a rank)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytestmark = [pytest.mark.net, pytest.mark.procs]
+pytestmark = [pytest.mark.net, pytest.mark.procs,  # torch is imported by the ranks only, not here
+              pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")]
 
 RANK = str(Path(__file__).with_name("torch_ddp_rank.py"))
 EPOCHS, BATCHES = 2, 21  # what the zsplit server serves
@@ -34,22 +41,32 @@ def serve_split(url: str, result: dict) -> None:
         result["error"] = repr(exc)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the module-scoped fixture below cannot take the
+    function-scoped `free_port`, and `from conftest import` may find tests/adapters/conftest.py)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """Both ranks' results (torch_ddp_rank.py, run once for every test here) and the server's."""
-    from conftest import PopenGroup, find_free_port
-
-    tmp, url, served = tmp_path_factory.mktemp("ddp"), f"127.0.0.1:{find_free_port()}", {}
+    tmp, url, served = tmp_path_factory.mktemp("ddp"), f"127.0.0.1:{free_port()}", {}
     server = threading.Thread(target=serve_split, args=(f"zsplit://{url}", served), daemon=True)
     server.start()
-    group, port = PopenGroup(), find_free_port()
+    port, procs = free_port(), []
     outs = [tmp / f"rank{rank}.json" for rank in range(2)]
     try:
-        procs = [group.python(RANK, "--rank", str(rank), "--port", str(port), "--out", str(out),
-                              "--url", f"zjoin://{url}") for rank, out in enumerate(outs)]
+        for rank, out in enumerate(outs):
+            procs.append(subprocess.Popen([sys.executable, RANK, "--rank", str(rank), "--port", str(port),
+                                           "--out", str(out), "--url", f"zjoin://{url}"], start_new_session=True))
         assert [proc.wait(timeout=90) for proc in procs] == [0, 0]
     finally:
-        group.close()
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     server.join(timeout=30)
     return [json.loads(out.read_text()) for out in outs], served
 
