@@ -12,39 +12,25 @@ import sys
 import textwrap
 import threading
 
-import numpy as np
 import pytest
 
+import mixtures  # tests/pipeline/mixtures.py: what the workers import
 from tensorcom.adapters.torch import iterable_dataset
-from tensorcom.pipeline import IterableSource, Pipeline, serve
+from tensorcom.pipeline import serve
 from tensorcom.pipeline.mix import member_counts
 from tensorcom.transport.connection import Connection
+from worker_functions import unchanged
 
 pytestmark = [pytest.mark.procs]
-
-
-def tagged(i):
-    return {"__key__": f"s{i:04d}", "i": np.int32(i)}
-
-
-def mixed_pipeline():
-    """70 samples of two members (40 shuffled numbers, 30 of a shuffled pipeline), 7:3 in every 10,
-    a member dropped when it runs out; picklable, for spawned workers and serve("module:function")."""
-    members = {"big": IterableSource(range(40), shuffle=True), "small": Pipeline(range(1000, 1030), seed=9).shuffle(5)}
-    return Pipeline.mix(members, {"big": 7, "small": 3}, seed=6, policy="exact", window=10, on_end="drop").map(tagged)
 
 
 ALL = sorted(f"s{i:04d}" for i in itertools.chain(range(40), range(1000, 1030)))
 
 
-def unchanged(sample):
-    return sample
-
-
 def loader(workers):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    return StatefulDataLoader(iterable_dataset(mixed_pipeline()), batch_size=None, num_workers=workers,
+    return StatefulDataLoader(iterable_dataset(mixtures.mixed_pipeline()), batch_size=None, num_workers=workers,
                               collate_fn=unchanged, multiprocessing_context="spawn", timeout=60)
 
 
@@ -63,7 +49,7 @@ def round_robin(*portions):
 @pytest.mark.timeout(180)
 def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly():
     pytest.importorskip("torchdata.stateful_dataloader")
-    p = mixed_pipeline()
+    p = mixtures.mixed_pipeline()
     whole = [s["__key__"] for s in round_robin(p.shard(0, 2), p.shard(1, 2))]
     assert sorted(whole) == ALL
     first = loader(2)
@@ -88,12 +74,16 @@ SERVER = textwrap.dedent("""
 """)
 
 
-def batched_mixture():
-    return mixed_pipeline().batch(4)
-
-
 def keys(batches):
     return [key for batch in batches for key in batch["__key__"]]
+
+
+def batched_mixture():
+    """The factory of the server that the test kills. Its workers import this whole module, which
+    delays the fifth batch: a SIGKILL of the server before its last worker has started leaves the
+    server's semaphore names in /dev/shm, and the lighter `mixtures:batched_mixture` made that race
+    visible (2 runs in 14)."""
+    return mixtures.batched_mixture()
 
 
 @pytest.mark.net
@@ -112,7 +102,7 @@ def test_serve_of_a_mixture_resumes_from_the_consumers_state(popen, tmp_path, fr
     with Connection(f"zpull://127.0.0.1:{port2}", timeout=30) as conn:
         conn.load_state_dict(json.loads(state_path.read_text()))
         thread = threading.Thread(target=lambda: result.update(serve(
-            "test_mix_workers:batched_mixture", f"zpush://127.0.0.1:{port2}", workers=2, report=None,
+            "mixtures:batched_mixture", f"zpush://127.0.0.1:{port2}", workers=2, report=None,
             resume=str(state_path))))
         thread.start()
         after = keys(conn)
