@@ -1,5 +1,7 @@
-"""tensormon / tensorstat / tensorshow as real subprocesses against a real publishing process."""
+"""tensormon / tensorstat / tensorshow as real subprocesses against a real publishing process; the
+arguments they refuse (exit 2, one line), each tool's main run in this process."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -106,21 +108,27 @@ def test_tensorshow_picks_the_image_field_and_class_names(publisher, tmp_path):
     assert out.returncode == 0 and out.stdout.strip().endswith("images from field '0', titles from '1'"), out.stderr
 
 
+def refusal(capsys, name: str, *args: str) -> str:
+    """The one stderr line with which tool `name`'s main, run here, refuses `args` (exit status 2)."""
+    with pytest.raises(SystemExit) as info:
+        importlib.import_module(f"tensorcom.cli.{name}").main(list(args))
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    return err
+
+
 @pytest.mark.parametrize("name", ["tensormon", "tensorstat", "tensorshow"])
-def test_bad_url_and_unreachable_server_exit_2(name, free_port, tmp_path):
+def test_bad_url_and_unreachable_server_exit_2(name, free_port, tmp_path, capsys):
     extra = ["-o", str(tmp_path / "x.png")] if name == "tensorshow" else []
-    out = run(name, "zsub://127.0.0.1", *extra)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
-    assert "zsub://127.0.0.1" in out.stderr and "zpush" in out.stderr
-    out = run(name, f"zsub://127.0.0.1:{free_port()}", "--timeout", "0.3", *extra)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
-    assert "nothing received within 0.3 s" in out.stderr
+    err = refusal(capsys, name, "zsub://127.0.0.1", *extra)
+    assert "zsub://127.0.0.1" in err and "zpush" in err
+    err = refusal(capsys, name, f"zsub://127.0.0.1:{free_port()}", "--timeout", "0.3", *extra)
+    assert "nothing received within 0.3 s" in err
 
 
 @pytest.mark.parametrize("name", ["tensormon", "tensorstat", "tensorshow"])
 @pytest.mark.parametrize("option,value", [("--count", "0"), ("--timeout", "-1")])
-def test_bad_option_values_are_one_line_and_exit_2(name, option, value, tmp_path):
+def test_bad_option_values_are_one_line_and_exit_2(name, option, value, tmp_path, capsys):
     extra = ["-o", str(tmp_path / "x.png")] if name == "tensorshow" else []
-    out = run(name, option, value, *extra)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
-    assert option in out.stderr and value in out.stderr
+    err = refusal(capsys, name, option, value, *extra)
+    assert option in err and value in err
