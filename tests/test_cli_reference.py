@@ -11,9 +11,9 @@ The commands are read from the code, not from the document: every console script
 [project.scripts] and every `tensorcom` subcommand of `tensorcom.cli.main.SUBCOMMANDS`. A subcommand
 that runs a console script's own main (`tensorcom mon` is tensormon) has a section marked
 `<!-- same help: tensorcom mon = tensormon -->` instead of a block, and its `--help` must equal that
-tool's. Each command runs as a subprocess (its console script next to sys.executable, else the same
-entry point through `python -c`) with COLUMNS=100 and colour off, so the text does not depend on the
-terminal. The comparison ignores how whitespace is laid out and the
+tool's. The commands run in one subprocess (HELP_RUNNER: each through its entry point, called
+as its console script calls it, with its sys.argv) with COLUMNS=100 and colour off, so the text does
+not depend on the terminal. The comparison ignores how whitespace is laid out and the
 spelling differences between argparse versions ("optional arguments:" before Python 3.10's
 "options:", and Python 3.13's `-o, --output OUTPUT` for `-o OUTPUT, --output OUTPUT`), so a block
 written on one Python passes on another; any changed word fails.
@@ -26,11 +26,11 @@ the end of docs/cli.md; give them a place and examples by hand):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -69,35 +69,40 @@ def commands() -> tuple[dict[str, list[str]], dict[str, str]]:
     return blocks, aliases
 
 
-def argv_for(words: list[str]) -> list[str]:
-    """The command line that runs `words` (a console script and its arguments): the script beside
-    sys.executable when installed, else its entry point through `python -c`."""
-    script = Path(sys.executable).parent / words[0]
-    if script.exists():
-        return [str(script), *words[1:]]
-    module, function = console_scripts()[words[0]].split(":")
-    code = f"import sys; from {module} import {function} as main; sys.exit(main())"
-    return [sys.executable, "-c", code, *words[1:]]
+HELP_RUNNER = """
+import contextlib, importlib, io, json, sys
 
-
-def run_help(words: list[str]) -> str:
-    """stdout of `words` (exit status 0 required), with the environment that fixes its layout."""
-    result = subprocess.run(argv_for(words), check=False, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, **ENV}, cwd=ROOT)
-    if result.returncode != 0:
-        raise RuntimeError(f"`{' '.join(words)}` exited {result.returncode}: {result.stderr.strip()}")
-    return result.stdout
+texts = {}
+for title, (entry, words) in json.loads(sys.argv[1]).items():
+    module, function = entry.split(":")
+    sys.argv, out = list(words), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            status = getattr(importlib.import_module(module), function)()
+    except SystemExit as exc:
+        status = exc.code
+    if status not in (0, None):
+        sys.exit(f"`{' '.join(words)}` exited {status}")
+    texts[title] = out.getvalue()
+print(json.dumps(texts))
+"""
 
 
 @cache
 def all_help() -> dict[str, str]:
-    """{title: help text} of every command with a block and every alias's script, run in parallel."""
+    """{title: help text} of every command with a block and every alias's script: each run through its
+    console script's entry point, with that script's sys.argv, in one subprocess (HELP_RUNNER) with the
+    environment that fixes the layout."""
     blocks, aliases = commands()
     wanted = {**blocks, **{title: [script, "--help"] for title, script in aliases.items()}}
     wanted.update({f"{title} (as tensorcom)": ["tensorcom", title.split()[1], "--help"] for title in aliases})
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        texts = dict(zip(wanted, pool.map(run_help, wanted.values())))
-    return texts
+    scripts = console_scripts()
+    runs = {title: (scripts[words[0]], words) for title, words in wanted.items()}
+    result = subprocess.run([sys.executable, "-c", HELP_RUNNER, json.dumps(runs)], check=False, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, **ENV}, cwd=ROOT)
+    if result.returncode != 0:
+        raise RuntimeError(f"the --help runs failed: {result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout)
 
 
 def documented(text: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
