@@ -1,6 +1,7 @@
 """Smoke test of benchmarks/observability.py: a tiny run serves the folder with everything off
 (--no-timing) and on (stage timing, the metrics endpoint scraped), and prints its table with the
-on/off ratios against the 2% target."""
+on/off ratios against the 2% target. It runs without torch (tests/torchless.py): its servers resize with
+Pillow, which is all a smoke test needs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from torchless import torchless_env
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "observability.py"
 
@@ -20,8 +22,10 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "observability.
 def test_a_tiny_run_measures_both_settings(tmp_path):
     pytest.importorskip("simplejpeg")
     pytest.importorskip("prometheus_client")
-    command = [sys.executable, str(SCRIPT), "--images", "64", "--repeats", "1", "--publishers", "1", "--data", str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    command = [sys.executable, str(SCRIPT), "--images", "64", "--repeats", "1", "--publishers", "1",
+               "--data", str(tmp_path / "data")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False,
+                          env=torchless_env(tmp_path / "torchless"))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     lines = done.stdout.splitlines()
     on = next(line for line in lines if line.startswith("  on: 64 images"))
