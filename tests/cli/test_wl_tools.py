@@ -18,6 +18,8 @@ import uuid
 import numpy as np
 import pytest
 
+from wl_tasks import die_on_two, fail_late_and_early, fail_on_key, slow_square
+
 from tensorcom import shards
 from tensorcom.cli.wlcommon import run_tasks
 from tensorcom.errors import WorkerDied, WorkerError
@@ -461,36 +463,7 @@ def test_xargs_interrupted_leaves_no_process(popen, data):
     assert wait_until(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
 
 
-# run_tasks, the process map behind wl-map, wl-xargs and wl-test (module-level functions: spawned
-# workers import them)
-
-def slow_square(x: int) -> int:
-    """x*x, later items faster, so that results arrive out of order."""
-    time.sleep(0.01 * (5 - x % 5))
-    return x * x
-
-
-def fail_on_key(sample: dict) -> str:
-    if sample["__key__"] == "k3":
-        raise KeyError("txt")
-    return sample["__key__"]
-
-
-def fail_late_and_early(sample: dict) -> str:
-    """k2 fails after a while, k3 at once: the error reported must still be k2's."""
-    if sample["__key__"] == "k2":
-        time.sleep(0.3)
-        raise ValueError("slow failure")
-    if sample["__key__"] == "k3":
-        raise ValueError("fast failure")
-    return sample["__key__"]
-
-
-def die_on_two(x: int) -> int:
-    if x == 2:
-        os._exit(7)
-    return x
-
+# run_tasks, the process map behind wl-map, wl-xargs and wl-test (the functions it maps: tests/cli/wl_tasks.py)
 
 @pytest.mark.parametrize("processes", [0, 3])
 def test_run_tasks_keeps_input_order(processes):
