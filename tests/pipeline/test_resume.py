@@ -112,7 +112,8 @@ def test_a_misspelled_pipeline_option_fails_when_built():
 @pytest.mark.timeout(180)
 def test_a_dataloader_over_a_pipeline_of_a_shard_dataset_yields_every_sample_once(tmp_path):
     """Regression: ShardDataset split by DataLoader worker and Pipeline split again (100 of 200); spawned
-    workers take disjoint portions that cover everything (forked ones: test_pipeline). Then the pipeline's own state_dict() warns: a plain DataLoader's workers hold the position."""
+    workers take disjoint portions that cover everything (forked ones: test_pipeline). Then the
+    pipeline's own state_dict() warns: a plain DataLoader's workers hold the position."""
     import warnings
 
     torch_data = pytest.importorskip("torch.utils.data")

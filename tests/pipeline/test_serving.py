@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 import pytest
+import served  # tests/pipeline/served.py
+from served import add_rss, big_sample, die_on_13, fail_on_13, make_pipeline, slow, to_sample  # what workers run
 from test_workers import alive, descendants
 
 from tensorcom.errors import PeerLost, WorkerDied, WorkerError
@@ -18,38 +20,6 @@ from tensorcom.pipeline.serving import assign_urls, load_factory, serve
 from tensorcom.transport.connection import Connection
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
-
-
-def to_sample(i):
-    return {"__key__": f"s{i:04d}", "x": np.full(4, i, np.int32), "i": np.int32(i)}
-
-
-def make_pipeline():
-    """A factory for serve("test_serving:make_pipeline", ...)."""
-    return Pipeline(range(40)).map(to_sample).batch(5)
-
-
-def fail_on_13(sample):
-    if sample["i"] == 13:
-        raise ValueError("thirteen is unlucky")
-    return sample
-
-
-def die_on_13(sample):
-    if sample["i"] == 13:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return sample
-
-
-def slow(sample):
-    time.sleep(0.005)
-    return sample
-
-
-def add_rss(batch):
-    with open("/proc/self/statm") as f:
-        batch["rss"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return batch
 
 
 def in_thread(*args, **kwargs):
@@ -74,7 +44,7 @@ def received_ids(batches):
 def test_connecting_workers_share_one_group_per_epoch(free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        thread, result = in_thread("test_serving:make_pipeline", f"zpush://127.0.0.1:{port}", workers=3,
+        thread, result = in_thread("served:make_pipeline", f"zpush://127.0.0.1:{port}", workers=3,
                                    epochs=2, report=None)
         first, second = list(conn), list(conn)
         thread.join(timeout=30)
@@ -183,14 +153,10 @@ def test_report_counts_an_epoch_while_the_next_one_is_blocked(free_port):
     assert result["stats"]["batches"] == 12
 
 
-def big_sample(i):
-    return {"i": np.int32(i), "x": np.zeros(1 << 20, np.uint8)}
-
-
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from test_serving import to_sample, slow
+    from served import to_sample, slow
     from tensorcom.pipeline import Pipeline
     from tensorcom.pipeline.serving import serve
     if __name__ == "__main__":
@@ -259,11 +225,6 @@ def test_factory_module_in_the_current_directory(tmp_path, monkeypatch, free_por
 # --- resume: a restarted server sends exactly what the consumer has not had -----------------------
 
 
-def resumable_pipeline():
-    """60 shuffled samples in batches of 4, slow enough that a server is stopped mid-epoch."""
-    return Pipeline(range(60), seed=7).shuffle(10).map(to_sample).map(slow).batch(4)
-
-
 RESUMABLE = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
@@ -271,6 +232,13 @@ RESUMABLE = textwrap.dedent("""
     if __name__ == "__main__":
         serve("test_serving:resumable_pipeline", {url!r}, workers=2, report=None, connection_options={{"sndhwm": 1}})
 """)
+
+
+def resumable_pipeline():
+    """The factory of the servers that first_part kills. Their workers import this whole module, which
+    delays the fifth batch: a SIGKILL of a server before its last worker has started leaves the
+    server's semaphore names in /dev/shm (the restarted servers import served.py alone)."""
+    return served.resumable_pipeline()
 
 
 def keys_of(batches):
@@ -312,7 +280,7 @@ def test_resumed_server_sends_exactly_the_rest_of_the_epoch(popen, tmp_path, fre
     before = first_part(popen, port, state_path, [sys.executable, str(script)])
 
     def start():
-        thread, result = in_thread("test_serving:resumable_pipeline", f"zpush://127.0.0.1:{port2}", workers=2,
+        thread, result = in_thread("served:resumable_pipeline", f"zpush://127.0.0.1:{port2}", workers=2,
                                    report=None, resume=str(state_path))
         return lambda: (thread.join(timeout=30), result.get("error"))
 
