@@ -103,11 +103,11 @@ def test_demo_fails_when_accuracy_is_too_low(cache):
     assert result.returncode == 1 and accuracy(result.stdout) < 100, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("bad", [("--epochs", "0"), ("--classes", "11")])
-def test_demo_bad_argument(cache, bad):
+@pytest.mark.parametrize("bad, says", [(("--epochs", "0"), "int >= 1"), (("--classes", "11"), "2 to 10, not 11")])
+def test_demo_bad_argument(cache, bad, says):
     result = run_demo(cache, *bad)
     assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and says in result.stderr, result.stderr
 
 
 def children_of(pid: int) -> set[int]:
