@@ -11,41 +11,13 @@ import time
 import numpy as np
 import pytest
 
+from map_functions import (big, fail_on_k3, fail_on_three, failing_portion, identity,  # what the workers run
+                           kill_self_on_five, make_unpicklable, noise, pid_and_square, slow_square, square)
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import stages
 from tensorcom.pipeline._failure import Failure, describe_exit
 from tensorcom.pipeline._portions import shard_parallel
 from tensorcom.pipeline.workers import WorkerPool, check_sizes, parallel_map, prefetching, serial_map
-
-
-def square(x):
-    return x * x
-
-
-def slow_square(x):
-    time.sleep(0.002 * (x % 3))
-    return x * x
-
-
-def fail_on_three(sample):
-    if sample["i"] == 3:
-        raise ValueError(f"cannot handle {sample['i']}")
-    return sample["i"]
-
-
-def kill_self_on_five(x):
-    if x == 5:
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(0.01)
-    return x
-
-
-def noise(x, rng):
-    return x + rng.random()
-
-
-def big(x):
-    return np.full(16384, x, np.float32)
 
 
 def rss_bytes() -> int:
@@ -192,7 +164,7 @@ def test_prefetch_passes_items_and_errors():
 PARENT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
-    from test_workers import slow_square, slow_numbers
+    from map_functions import slow_square, slow_numbers
     from tensorcom.pipeline.workers import parallel_map
     from tensorcom.pipeline._portions import shard_parallel
     if __name__ == "__main__":
@@ -209,13 +181,6 @@ PARENT = textwrap.dedent("""
                 raise RuntimeError("the training loop failed")
             time.sleep(0.01)
 """)
-
-
-def slow_numbers(index, count):
-    """Portion `index` of `count` of the natural numbers, slowly."""
-    for x in range(index, 10**9, count):
-        time.sleep(0.01)
-        yield x
 
 
 @pytest.mark.procs
@@ -252,11 +217,6 @@ def test_memory_steady_over_thousands_of_batches():
     assert growth < 30 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over 3500 batches of 64 KiB"
 
 
-
-def make_unpicklable(x):
-    return threading.Lock() if x == 2 else x
-
-
 @pytest.mark.procs
 def test_unpicklable_values_fail_with_worker_error_instead_of_hanging():
     with pytest.raises(WorkerError, match="lock") as info:
@@ -276,10 +236,6 @@ def test_a_thread_that_dies_is_reported():
         list(parallel_map(range(3), exit_thread, workers=1))
 
 
-def identity(x):
-    return x
-
-
 @pytest.mark.procs
 def test_results_cross_the_pipe_intact_and_writable():
     samples = [
@@ -293,11 +249,6 @@ def test_results_cross_the_pipe_intact_and_writable():
     assert out[1][0].shape == (0, 3) and np.array_equal(out[1][1], samples[1][1]) and out[1][2].tolist() == [0, 3, 6, 9]
     assert out[2].sum() == 270000 and out[3] is None
     out[2][0, 0, 0] = 7  # arrays arrive writable
-
-
-def pid_and_square(x):
-    time.sleep(0.002)
-    return os.getpid(), x * x
 
 
 @pytest.mark.procs
@@ -335,18 +286,6 @@ def test_check_sizes_names_the_bad_value(workers, buffer):
     with pytest.raises(ValueError, match="workers" if buffer is None else "buffer"):
         check_sizes(workers, buffer)
     assert check_sizes(3, None) == 6 and check_sizes(3, 1) == 1
-
-
-def fail_on_k3(sample):
-    if sample["__key__"] == "k3":
-        raise ValueError("bad sample k3")
-    return sample
-
-
-def failing_portion(index, count):
-    """Portion `index` of `count` of six keyed samples, through fail_on_k3 (the key noted as stages do)."""
-    for position, sample in enumerate([{"__key__": f"k{i}"} for i in range(index, 6, count)]):
-        yield stages.call(fail_on_k3, sample, None, position)
 
 
 FAILING = {

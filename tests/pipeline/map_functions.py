@@ -1,0 +1,74 @@
+"""The functions that test_workers hands to map and portion worker processes: a module of their own,
+so that those processes (and the parents that test_workers starts and kills) import these, numpy and
+the pipeline's stages, and nothing of the tests."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+
+from tensorcom.pipeline import stages
+
+
+def square(x):
+    return x * x
+
+
+def slow_square(x):
+    time.sleep(0.002 * (x % 3))
+    return x * x
+
+
+def fail_on_three(sample):
+    if sample["i"] == 3:
+        raise ValueError(f"cannot handle {sample['i']}")
+    return sample["i"]
+
+
+def kill_self_on_five(x):
+    if x == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.01)
+    return x
+
+
+def noise(x, rng):
+    return x + rng.random()
+
+
+def big(x):
+    return np.full(16384, x, np.float32)
+
+
+def slow_numbers(index, count):
+    """Portion `index` of `count` of the natural numbers, slowly."""
+    for x in range(index, 10**9, count):
+        time.sleep(0.01)
+        yield x
+
+
+def make_unpicklable(x):
+    return threading.Lock() if x == 2 else x
+
+
+def identity(x):
+    return x
+
+
+def pid_and_square(x):
+    time.sleep(0.002)
+    return os.getpid(), x * x
+
+
+def fail_on_k3(sample):
+    if sample["__key__"] == "k3":
+        raise ValueError("bad sample k3")
+    return sample
+
+
+def failing_portion(index, count):
+    """Portion `index` of `count` of six keyed samples, through fail_on_k3 (the key noted as stages do)."""
+    for position, sample in enumerate([{"__key__": f"k{i}"} for i in range(index, 6, count)]):
+        yield stages.call(fail_on_k3, sample, None, position)
