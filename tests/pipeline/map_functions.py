@@ -1,6 +1,6 @@
-"""The functions that test_workers hands to map and portion worker processes: a module of their own,
-so that those processes (and the parents that test_workers starts and kills) import these, numpy and
-the pipeline's stages, and nothing of the tests."""
+"""The functions that test_workers and test_portions hand to map and portion worker processes: a
+module of their own, so that those processes (and the parents that test_workers starts and kills)
+import these, numpy and the pipeline's stages, and nothing of the tests."""
 
 import os
 import signal
@@ -72,3 +72,61 @@ def failing_portion(index, count):
     """Portion `index` of `count` of six keyed samples, through fail_on_k3 (the key noted as stages do)."""
     for position, sample in enumerate([{"__key__": f"k{i}"} for i in range(index, 6, count)]):
         yield stages.call(fail_on_k3, sample, None, position)
+
+
+INIT_FLAG = {"value": "unset"}
+
+
+def noisy(x, rng):
+    return np.full(3, x, np.int64) + rng.integers(0, 1000)
+
+
+def fail_on_seven(sample):
+    if sample["i"] == 7:
+        raise ValueError("seven is bad")
+    return sample["i"]
+
+
+def kill_on_five(x):
+    if x == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def slow(x):
+    time.sleep(0.01)
+    return x
+
+
+def set_flag():
+    INIT_FLAG["value"] = "set"
+
+
+def read_flag(x):
+    return (x, INIT_FLAG["value"])
+
+
+def unpicklable(x):
+    return lambda: x
+
+
+def lambda_free_image(x):
+    return np.full((224, 224, 3), x % 251, np.uint8)
+
+
+class LeavingAGrandchild:
+    """make(i, n) for shard_parallel: fork a grandchild that holds the worker's pipe and sentinel open
+    (its pid written to `path`, so the test can kill it), then end the worker with status 3."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, index, count):
+        pid = os.fork()
+        if pid == 0:
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+            while True:
+                signal.pause()
+        with open(self.path, "w") as f:
+            f.write(str(pid))
+        os._exit(3)

@@ -10,44 +10,12 @@ import time
 import numpy as np
 import pytest
 
+import map_functions
+from map_functions import (LeavingAGrandchild, fail_on_seven, kill_on_five, lambda_free_image,  # what workers run
+                           noisy, read_flag, set_flag, slow, unpicklable)
 from tensorcom.errors import WorkerDied, WorkerError
 from tensorcom.pipeline import Pipeline
 from tensorcom.pipeline._portions import shard_parallel
-
-INIT_FLAG = {"value": "unset"}
-
-
-def noisy(x, rng):
-    return np.full(3, x, np.int64) + rng.integers(0, 1000)
-
-
-def fail_on_seven(sample):
-    if sample["i"] == 7:
-        raise ValueError("seven is bad")
-    return sample["i"]
-
-
-def kill_on_five(x):
-    if x == 5:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return x
-
-
-def slow(x):
-    time.sleep(0.01)
-    return x
-
-
-def set_flag():
-    INIT_FLAG["value"] = "set"
-
-
-def read_flag(x):
-    return (x, INIT_FLAG["value"])
-
-
-def unpicklable(x):
-    return lambda: x
 
 
 def numbers(index, count):
@@ -92,15 +60,11 @@ def test_batches_arrive_intact_and_writable():
     assert batches[0][1, 5, 5, 0] == 2 and batches[1][0, 0, 0, 0] == 1
 
 
-def lambda_free_image(x):
-    return np.full((224, 224, 3), x % 251, np.uint8)
-
-
 @pytest.mark.procs
 def test_init_runs_in_each_worker_process_first():
     got = list(Pipeline(range(4)).map(read_flag).parallel(2, init=set_flag))
     assert got == [(0, "set"), (1, "set"), (2, "set"), (3, "set")]
-    assert INIT_FLAG["value"] == "unset"
+    assert map_functions.INIT_FLAG["value"] == "unset"
 
 
 @pytest.mark.procs
@@ -173,24 +137,6 @@ def test_repeat_after_parallel_runs_new_epochs_and_len_counts_them():
     batches = [b.tolist() for b in pipeline]
     assert len(batches) == len(pipeline) == 8  # portions of 5 -> 2 batches each, twice
     assert batches[:4] != batches[4:]  # the second pass is epoch 1: other random draws
-
-
-class LeavingAGrandchild:
-    """make(i, n) for shard_parallel: fork a grandchild that holds the worker's pipe and sentinel open
-    (its pid written to `path`, so the test can kill it), then end the worker with status 3."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __call__(self, index, count):
-        pid = os.fork()
-        if pid == 0:
-            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-            while True:
-                signal.pause()
-        with open(self.path, "w") as f:
-            f.write(str(pid))
-        os._exit(3)
 
 
 @contextlib.contextmanager
