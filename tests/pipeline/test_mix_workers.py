@@ -19,6 +19,7 @@ from tensorcom.adapters.torch import iterable_dataset
 from tensorcom.pipeline import serve
 from tensorcom.pipeline.mix import member_counts
 from tensorcom.transport.connection import Connection
+from test_resume import pipeline_states
 from worker_functions import unchanged
 
 pytestmark = [pytest.mark.procs]
@@ -47,7 +48,8 @@ def round_robin(*portions):
 
 
 @pytest.mark.timeout(180)
-def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly():
+def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly(caplog):
+    """Also test_resume's StatefulDataLoader case of a Pipeline under 2 workers."""
     pytest.importorskip("torchdata.stateful_dataloader")
     p = mixtures.mixed_pipeline()
     whole = [s["__key__"] for s in round_robin(p.shard(0, 2), p.shard(1, 2))]
@@ -57,11 +59,13 @@ def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly():
     before = [next(iterator)["__key__"] for _ in range(23)]
     state = json.loads(json.dumps(first.state_dict()))
     del iterator, first
+    assert len(pipeline_states(state)) == 2  # each worker's position, saved by us
     counts = member_counts(state)  # each worker's per-member counts, added up
     assert sum(counts.values()) == 23 and counts["big"] == sum(int(k[1:]) < 1000 for k in before)
     second = loader(2)
     second.load_state_dict(state)
     assert before + [s["__key__"] for s in second] == whole
+    assert "naively fast-forwarding" not in caplog.text  # restored from our state, not by replaying
 
 
 SERVER = textwrap.dedent("""

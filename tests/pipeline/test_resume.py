@@ -1,6 +1,7 @@
 """Exact resume: the samples before a checkpoint plus those after a restart from it are one epoch,
 with no duplicate and nothing missing — in-process, with thread and process workers, and under
-torchdata's StatefulDataLoader with 0 and 2 (spawned) workers. Plus the DataLoader double split.
+torchdata's StatefulDataLoader with 0 and 2 (spawned) workers (a Pipeline under 2: test_mix_workers).
+Plus the DataLoader double split.
 What worker processes run comes from worker_functions, which imports nothing."""
 
 from __future__ import annotations
@@ -154,15 +155,15 @@ DATASETS = {
 
 @pytest.mark.procs
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("workers", [0, 2])  # in-process, and the worker path (2: each its portion)
-@pytest.mark.parametrize("kind", sorted(DATASETS))
+# in-process, and the worker path (2 workers: each its portion); a Pipeline under 2 workers: test_mix_workers
+@pytest.mark.parametrize("kind, workers", [("Pipeline", 0), ("ShardDataset", 0), ("ShardDataset", 2)])
 def test_stateful_dataloader_resumes_exactly(urls, kind, workers, caplog):
     pytest.importorskip("torchdata.stateful_dataloader")
     first = stateful_loader(DATASETS[kind](urls), workers)
     iterator = iter(first)
     before = [key_of(next(iterator)) for _ in range(10)]
     state = first.state_dict()
-    assert len(_pipeline_states(state)) == max(workers, 1)  # each worker's position, saved by us
+    assert len(pipeline_states(state)) == max(workers, 1)  # each worker's position, saved by us
     del iterator
     second = stateful_loader(DATASETS[kind](urls), workers)
     second.load_state_dict(state)
@@ -174,11 +175,11 @@ def test_stateful_dataloader_resumes_exactly(urls, kind, workers, caplog):
     assert "naively fast-forwarding" not in caplog.text  # restored from our state, not by replaying
 
 
-def _pipeline_states(state):
+def pipeline_states(state):
     """The Pipeline states (dicts with a "chain") anywhere inside a StatefulDataLoader state."""
     if isinstance(state, dict):
         found = [state] if "chain" in state else []
-        return found + [s for v in state.values() for s in _pipeline_states(v)]
+        return found + [s for v in state.values() for s in pipeline_states(v)]
     if isinstance(state, (list, tuple)):
-        return [s for v in state for s in _pipeline_states(v)]
+        return [s for v in state for s in pipeline_states(v)]
     return []
