@@ -1,6 +1,6 @@
-"""The functions that test_workers and test_portions hand to map and portion worker processes: a
-module of their own, so that those processes (and the parents that test_workers starts and kills)
-import these, numpy and the pipeline's stages, and nothing of the tests."""
+"""The functions that test_workers, test_portions and test_worker_reuse hand to map and portion worker
+processes: a module of their own, so that those processes (and the parents that the tests start and
+kill) import these, numpy and the pipeline's stages, and nothing of the tests."""
 
 import os
 import signal
@@ -130,3 +130,15 @@ class LeavingAGrandchild:
         with open(self.path, "w") as f:
             f.write(str(pid))
         os._exit(3)
+
+
+def tagged(x, rng):
+    """(x, a draw of the sample's rng, the pid of the process that mapped it)."""
+    return x, round(float(rng.random()), 12), os.getpid()
+
+
+def counted(path, x):
+    """x, after adding a line to the file at `path` (how many samples were mapped so far)."""
+    with open(path, "a") as stream:
+        stream.write(f"{x}\n")
+    return x

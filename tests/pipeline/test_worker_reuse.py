@@ -11,20 +11,9 @@ import time
 
 import pytest
 
+from map_functions import counted, tagged  # what the workers run
 from tensorcom.pipeline import Pipeline
 from test_workers import alive, descendants
-
-
-def tagged(x, rng):
-    """(x, a draw of the sample's rng, the pid of the process that mapped it)."""
-    return x, round(float(rng.random()), 12), os.getpid()
-
-
-def counted(path, x):
-    """x, after adding a line to the file at `path` (how many samples were mapped so far)."""
-    with open(path, "a") as stream:
-        stream.write(f"{x}\n")
-    return x
 
 
 def expected(epoch: int) -> list:
@@ -92,7 +81,7 @@ def test_the_next_epoch_is_computed_before_it_is_asked_for(tmp_path):
 PARENT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
-    from test_worker_reuse import tagged
+    from map_functions import tagged
     from tensorcom.pipeline import Pipeline
     if __name__ == "__main__":
         pipeline = Pipeline(range(10), seed=7).map(tagged, rng=True).parallel(2)
