@@ -1,4 +1,4 @@
-"""The functions that test_workers, test_portions and test_worker_reuse hand to map and portion worker
+"""The functions that test_workers, test_portions, test_worker_reuse and test_processes hand to worker
 processes: a module of their own, so that those processes (and the parents that the tests start and
 kill) import these, numpy and the pipeline's stages, and nothing of the tests."""
 
@@ -142,3 +142,34 @@ def counted(path, x):
     with open(path, "a") as stream:
         stream.write(f"{x}\n")
     return x
+
+
+def failing_one(index):
+    if index == 1:
+        raise ValueError(f"worker {index} is bad")
+    return [index]
+
+
+def killing_one(index):
+    if index == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [index]
+
+
+def blocking(index):
+    yield index
+    threading.Event().wait()  # until terminated
+
+
+def forking_a_grandchild(index):
+    """Fork a grandchild that holds the pipe open (and waits to be killed), name it, exit 3."""
+    pid = os.fork()
+    if pid == 0:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+        threading.Event().wait()
+    yield pid
+    os._exit(3)
+
+
+def counting(index):
+    return range(index + 2)

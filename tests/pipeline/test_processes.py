@@ -4,10 +4,10 @@ children: results, a child that raises, a SIGKILLed child, one whose pipe outliv
 import os
 import queue
 import signal
-import threading
 
 import pytest
 
+from map_functions import blocking, counting, failing_one, forking_a_grandchild, killing_one  # the children's work
 from tensorcom.errors import WorkerDied
 from tensorcom.pipeline._failure import Failure
 from tensorcom.pipeline._loop import one_task
@@ -86,37 +86,6 @@ def test_roster_a_revived_child_owes_its_last_word_again():
 # ---- real processes ------------------------------------------------------------------------------
 
 
-def counting(index):
-    return range(index + 2)
-
-
-def failing_one(index):
-    if index == 1:
-        raise ValueError(f"worker {index} is bad")
-    return [index]
-
-
-def killing_one(index):
-    if index == 1:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return [index]
-
-
-def blocking(index):
-    yield index
-    threading.Event().wait()  # until terminated
-
-
-def leaving_a_grandchild(index):
-    """Fork a grandchild that holds the pipe open (and waits to be killed), name it, exit 3."""
-    pid = os.fork()
-    if pid == 0:
-        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-        threading.Event().wait()
-    yield pid
-    os._exit(3)
-
-
 def read_all(owner, count):
     """Every message of `count` children until each said "end" (or WorkerDied)."""
     got = {}
@@ -172,7 +141,7 @@ def test_a_child_whose_pipe_a_grandchild_holds_is_dead_after_the_grace():
     owner = Processes("serving worker", 1, grace=0.5)
     grandchild = None
     try:
-        owner.start(Entry(leaving_a_grandchild), name="tensorcom-test")
+        owner.start(Entry(forking_a_grandchild), name="tensorcom-test")
         kind, _, grandchild = owner.get(0, timeout=30.0)
         assert kind == "item"
         with pytest.raises(WorkerDied, match=r"serving worker process 0 \(pid \d+\) exited with status 3"):
