@@ -28,7 +28,6 @@ import numpy as np
 from peer_script import fail, run, say
 
 from tensorcom import Connection
-from tensorcom.pipeline import Pipeline
 from tensorcom.transport.resume import save_state
 
 SAMPLES = 40  # per epoch: ids epoch * 1000 + i
@@ -39,7 +38,10 @@ def sample(i):
 
 
 def make_pipeline():
-    """Shuffled per (seed, epoch, portion): a portion's order is the pipeline's, not its ids'."""
+    """Shuffled per (seed, epoch, portion): a portion's order is the pipeline's, not its ids'. (The
+    pipeline layer is imported here: the consumers do without it.)"""
+    from tensorcom.pipeline import Pipeline
+
     return Pipeline(range(SAMPLES)).map(sample).shuffle(8).batch(2)
 
 
