@@ -36,13 +36,16 @@ class Augment:
     there is none, so worker processes do their own reads) and `cls` as the label (bytes or str digits,
     or an int); applies RandomResizedCrop(size, scale=(min_scale, 1)) + flip, and ImageNet
     normalization to float32 when `normalize`. The transform is built lazily in whichever process runs
-    it; with `dedicated` (a process that only serves data) that process's torch is first set to one
-    thread (images.init_worker), which enables the fast resize. With a `cache` (a
+    it; with `dedicated` (a process that only serves data) and `size` >= TORCH_RESIZE_MIN, that
+    process's torch is first set to one thread (images.init_worker), which enables the fast resize
+    (smaller outputs keep Pillow's: importing torch costs ~2 s of CPU per process, more than a small
+    resize saves over a whole run). With a `cache` (a
     tensorcom.images.decoded_cache.DecodedCache) the image is the decoded array it maps from a file (or
     decodes and stores), wherever this runs.
     """
 
     FIELDS = IMAGE_FIELDS
+    TORCH_RESIZE_MIN = 128  # output sides from which a dedicated process imports torch for its resize
 
     def __init__(self, size: int, normalize: bool = False, min_scale: float = 0.08, dedicated: bool = False,
                  cache: Callable[[dict], dict] | None = None):
@@ -59,7 +62,7 @@ class Augment:
             from tensorcom.images.augment import train_transform
             from tensorcom.images.resample import init_worker
 
-            if self.dedicated:
+            if self.dedicated and self.size >= self.TORCH_RESIZE_MIN:
                 init_worker()
             dtype = "float32" if self.normalize else "uint8"
             self._transform = train_transform(self.size, dtype=dtype, scale=(self.min_scale, 1.0))
