@@ -1,4 +1,4 @@
-"""Mixtures under workers: torchdata's StatefulDataLoader with 2 spawned workers restored mid-epoch,
+"""Mixtures under workers: torchdata's StatefulDataLoader with 2 forked workers restored mid-epoch,
 and tensorcom.serve(workers=2) of a mixed pipeline restarted from its consumer's state."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def loader(workers):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     return StatefulDataLoader(iterable_dataset(mixtures.mixed_pipeline()), batch_size=None, num_workers=workers,
-                              collate_fn=unchanged, multiprocessing_context="spawn", timeout=60)
+                              collate_fn=unchanged, multiprocessing_context="fork", timeout=60)
 
 
 def round_robin(*portions):
@@ -48,8 +48,10 @@ def round_robin(*portions):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.isolated  # forks: in an interpreter of its own (spawned workers: test_resume's plain DataLoader)
 def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly(caplog):
-    """Also test_resume's StatefulDataLoader case of a Pipeline under 2 workers."""
+    """Also test_resume's StatefulDataLoader case of a Pipeline under 2 workers. Forked workers inherit
+    the imported torch (spawned ones import it again, ~1.6 s of CPU each)."""
     pytest.importorskip("torchdata.stateful_dataloader")
     p = mixtures.mixed_pipeline()
     whole = [s["__key__"] for s in round_robin(p.shard(0, 2), p.shard(1, 2))]

@@ -1,6 +1,6 @@
 """Exact resume: the samples before a checkpoint plus those after a restart from it are one epoch,
 with no duplicate and nothing missing — in-process, with thread and process workers, and under
-torchdata's StatefulDataLoader with 0 and 2 (spawned) workers (a Pipeline under 2: test_mix_workers).
+torchdata's StatefulDataLoader with 0 and 2 (forked) workers (a Pipeline under 2: test_mix_workers).
 Plus the DataLoader double split.
 What worker processes run comes from worker_functions, which imports nothing."""
 
@@ -143,7 +143,7 @@ def test_a_dataloader_over_a_pipeline_of_a_shard_dataset_yields_every_sample_onc
 def stateful_loader(dataset, workers):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    options = dict(multiprocessing_context="spawn", timeout=60) if workers else {}
+    options = dict(multiprocessing_context="fork", timeout=60) if workers else {}
     return StatefulDataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=unchanged, **options)
 
 
@@ -156,8 +156,11 @@ DATASETS = {
 
 @pytest.mark.procs
 @pytest.mark.timeout(300)
-# in-process, and the worker path (2 workers: each its portion); a Pipeline under 2 workers: test_mix_workers
-@pytest.mark.parametrize("kind, workers", [("Pipeline", 0), ("ShardDataset", 0), ("ShardDataset", 2)])
+# in-process, and the worker path (2 workers: each its portion); a Pipeline under 2 workers: test_mix_workers.
+# The workers fork, so the test runs in an interpreter of its own (spawned workers: the DataLoader test above;
+# each would import torch again, ~1.6 s of CPU)
+@pytest.mark.parametrize("kind, workers", [("Pipeline", 0), ("ShardDataset", 0),
+                                           pytest.param("ShardDataset", 2, marks=pytest.mark.isolated)])
 def test_stateful_dataloader_resumes_exactly(urls, kind, workers, caplog):
     pytest.importorskip("torchdata.stateful_dataloader")
     first = stateful_loader(DATASETS[kind](urls), workers)
