@@ -1,10 +1,11 @@
-"""Servers started as on a machine without torch, which tensorcom does not need.
+"""Images resized as a process without torch resizes them (torch is optional for tensorcom).
 
-Each image-serving process imports torch for its fast resize (tensorcom.images.init_worker), about
-1.5 s of CPU per process. Tests whose point is not the resize start their servers with
-`torchless_env(folder)`: `import torch` fails in them and in the processes they spawn, and the resize
-takes Pillow's path, as on a machine without torch. A test that compares such a server's pixels with
-batches made here makes those in `pillow_resize()`.
+A dedicated serving process imports torch for its fast resize when its outputs are 128 px or more
+(tensorcom.images.imagenet.Augment.TORCH_RESIZE_MIN), about 1.5 s of CPU per process. A test whose
+point is not the resize starts such servers with `torchless_env(folder)`: `import torch` fails in them
+and in the processes they spawn, and the resize takes Pillow's path. A test that compares a server's
+pixels with batches made here (Pillow's, for outputs below 128 px or without torch) makes those in
+`pillow_resize()`.
 """
 
 from __future__ import annotations

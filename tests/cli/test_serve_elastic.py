@@ -46,14 +46,14 @@ def serve_command(port: int, workers: int, *more: str) -> list[str]:
             f"zpush://127.0.0.1:{port}", "-w", str(workers), "--epochs", "1", "-r", "0", *more]
 
 
-def take_and_kill(popen, port: int, command: list[str], state: Path, count: int | None, env=None) -> list:
-    """Start `command` (a server sending to zpull://127.0.0.1:port, with environment `env`), continue
-    the consumer record in `state` (when it exists), take `count` batches (None: the rest of the epoch),
-    save the record; a server still running is SIGKILLed with its processes. Returns the batches taken."""
+def take_and_kill(popen, port: int, command: list[str], state: Path, count: int | None) -> list:
+    """Start `command` (a server sending to zpull://127.0.0.1:port), continue the consumer record in
+    `state` (when it exists), take `count` batches (None: the rest of the epoch), save the record; a
+    server still running is SIGKILLed with its processes. Returns the batches taken."""
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
         if state.exists():
             conn.load_state_dict(json.loads(state.read_text()))
-        server = popen.start(command, env=env)
+        server = popen.start(command)
         batches = list(conn) if count is None else [conn.recv() for _ in range(count)]
         conn.save_state(state)
         if count is None:
@@ -123,8 +123,8 @@ def image_ids(batches: list) -> list[int]:
 
 
 def reference_batches(pipeline, portions: int) -> list[list]:
-    """Each portion's batches of epoch 0, resized as the servers resize: they run without torch
-    (tests/torchless.py), so with Pillow."""
+    """Each portion's batches of epoch 0, resized as the servers resize images this small: with Pillow
+    (images.imagenet.Augment)."""
     from torchless import pillow_resize  # here: the servers above load this module without tests/ on their path
 
     with pillow_resize():
@@ -134,18 +134,16 @@ def reference_batches(pipeline, portions: int) -> list[list]:
 def test_imagenet_server_resumed_with_fewer_publishers_and_more_workers(tree, popen, tmp_path, free_port):
     """-P 2 (inline augmentation) killed after 2 batches, resumed with -P 1 -w 2 (two augmenting
     processes): the epoch once, each batch the uninterrupted one to the pixel (same images, same crops)."""
-    from torchless import torchless_env
-
     from tensorcom.images.imagenet import dir_pipeline
 
     pytest.importorskip("PIL")
-    state, taken, env = tmp_path / "state.json", [], torchless_env(tmp_path / "torchless")
+    state, taken = tmp_path / "state.json", []
     for parallel, workers, count in ((2, 0, 2), (1, 2, None)):
         port = free_port()
         command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(tree), "-b", "2",
                    "--size", "8", "--seed", "3", "-P", str(parallel), "-w", str(workers), "--epochs", "1",
                    "-r", "0", f"zpush://127.0.0.1:{port}", *(("--resume", str(state)) if state.exists() else ())]
-        taken += take_and_kill(popen, port, command, state, count, env)
+        taken += take_and_kill(popen, port, command, state, count)
     expected = reference_batches(dir_pipeline(str(tree), batch_size=2, size=8, seed=3), 2)
     by_ids = {tuple(image_ids([batch])): batch[0] for portion in expected for batch in portion}
     assert sorted(image_ids(taken)) == sorted(10 + 10 * i for i in range(IMAGES))

@@ -1,8 +1,7 @@
 """serve-imagenet-dir, serve-imagenet-shards and `tensorcom serve` as real subprocesses feeding a real
 receiving Connection on 127.0.0.1: shapes, dtypes, labels, epoch ends, -P, -B, -n, --shuffle/--no-shuffle,
-options around the positionals, bad arguments. The servers run without torch (tests/torchless.py) but
-the first one, whose publisher resizes with torch's fast path; options whose point is parsing, and
-arguments refused before anything is served, are checked in this process."""
+options around the positionals, bad arguments. Options whose point is parsing, and arguments refused
+before anything is served, are checked in this process."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from torchless import pillow_resize, torchless_env
+from torchless import pillow_resize
 
 from tensorcom import Connection
 
@@ -54,12 +53,6 @@ def tree(tmp_path_factory) -> Path:
         for i in range(PER_CLASS):
             (folder / f"{i}.jpg").write_bytes(jpeg(rng, label))
     return root
-
-
-@pytest.fixture(scope="module")
-def torchless(tmp_path_factory) -> dict[str, str]:
-    """The environment of a server without torch (tests/torchless.py)."""
-    return torchless_env(tmp_path_factory.mktemp("torchless"))
 
 
 @pytest.fixture(scope="module")
@@ -119,24 +112,23 @@ def test_dir_server_sends_augmented_epochs(tree, popen, free_port):
     finish(proc)
 
 
-def test_parallel_publishers_split_the_data(tree, popen, free_port, torchless):
+def test_parallel_publishers_split_the_data(tree, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "5", "--size", "24",
                             "-P", "2", "-w", "1", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
-                           stderr=subprocess.PIPE, text=True, env=torchless)
+                           stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
     labels = check_batches(batches, size=24)
     assert sorted(labels) == sorted(list(range(CLASSES)) * PER_CLASS)
     finish(proc)
 
 
-def test_normalize_sends_float32(tree, popen, free_port, torchless):
+def test_normalize_sends_float32(tree, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "6", "--size", "16", "-n", "--no-shuffle",
-                            "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True,
-                           env=torchless)
+                            "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
     check_batches(batches, size=16, dtype=np.float32)
     images = np.concatenate([images for images, _ in batches])
@@ -145,12 +137,11 @@ def test_normalize_sends_float32(tree, popen, free_port, torchless):
     finish(proc)
 
 
-def test_benchmark_mode_repeats_one_batch(tree, popen, free_port, torchless):
+def test_benchmark_mode_repeats_one_batch(tree, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE), "-B",
-                            "--count", "7", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True,
-                           env=torchless)
+                            "--count", "7", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
     check_batches(batches)
     assert len(batches) == 7
@@ -158,10 +149,10 @@ def test_benchmark_mode_repeats_one_batch(tree, popen, free_port, torchless):
     finish(proc)
 
 
-def test_default_pub_sub_with_benchmark(tree, popen, free_port, torchless):
+def test_default_pub_sub_with_benchmark(tree, popen, free_port):
     port = free_port()
     proc = popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "2", "--size", "16", "-B", "-r", "0",
-                        f"zpub://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True, env=torchless)
+                        f"zpub://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
     with Connection(f"zsub://127.0.0.1:{port}", epoch=3, timeout=30) as conn:
         batches = [batch for batch in conn]  # PUB/SUB never ends by itself: epoch=3 bounds the pass
     assert len(batches) == 3
@@ -169,12 +160,11 @@ def test_default_pub_sub_with_benchmark(tree, popen, free_port, torchless):
     assert proc.poll() is None  # still serving, forever by default
 
 
-def test_shards_server(shards, popen, free_port, torchless):
+def test_shards_server(shards, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-shards"), "-u", shards, "-b", "4", "--size", "20", "--shuffle", "-P", "2",
-                            "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True,
-                           env=torchless)
+                            "--epochs", "2", "-r", "0", f"zpush://127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
         epochs = receive(conn, 2, proc)
     total = np.concatenate([check_batches(batches, size=20) for batches in epochs])
     assert sorted(total) == sorted(list(range(CLASSES)) * PER_CLASS * 2)
@@ -202,12 +192,12 @@ def http_base(shards):
     thread.join(timeout=5)
 
 
-def test_shards_server_over_http(http_base, popen, free_port, torchless):
+def test_shards_server_over_http(http_base, popen, free_port):
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         proc = popen.start([*tool("serve-imagenet-shards"), "-u", f"{http_base}/part-{{0..1}}.tar", "-b", "5",
                             "--size", "16", "-w", "2", "--epochs", "1", "-r", "0", f"zpush://127.0.0.1:{port}"],
-                           stderr=subprocess.PIPE, text=True, env=torchless)
+                           stderr=subprocess.PIPE, text=True)
         (batches,) = receive(conn, 1, proc)
     assert sorted(check_batches(batches, size=16)) == sorted(list(range(CLASSES)) * PER_CLASS)
     finish(proc)
@@ -374,7 +364,7 @@ def digests(batches) -> list[str]:
     return sorted(hashlib.sha1(images.tobytes() + labels.tobytes()).hexdigest() for images, labels in batches)
 
 
-def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, free_port, tmp_path, torchless):
+def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, free_port, tmp_path):
     """serve-imagenet-dir with 2 publishers, killed after the consumer took 3 of 10 batches; restarted
     with --resume FILE it sends the other 7: before + after is the uninterrupted epoch (its two
     portions, made here as the servers make them), no repeat."""
@@ -388,14 +378,14 @@ def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, fr
         return [*tool("serve-imagenet-dir"), "-d", str(tree / "train"), "-b", "2", "--size", "16", "-P", "2",
                 "--seed", "5", "--epochs", "1", "-r", "0", *more, f"zpush://127.0.0.1:{port}"]
 
-    with pillow_resize():  # as the servers, which run without torch
+    with pillow_resize():  # as the servers resize images this small (images.imagenet.Augment)
         pipeline = dir_pipeline(str(tree / "train"), batch_size=2, size=16, seed=5)
         whole = [batch for portion in range(2) for batch in pipeline.shard(portion, 2)]
     assert sum(len(labels) for _, labels in whole) == CLASSES * PER_CLASS  # 2 portions of 9: 5 batches each
 
     port, state_path = free_port(), tmp_path / "feed.json"
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
-        proc = popen.start(command(port), stderr=subprocess.DEVNULL, env=torchless)
+        proc = popen.start(command(port), stderr=subprocess.DEVNULL)
         before = [conn.recv() for _ in range(3)]
         conn.save_state(state_path)
         os.killpg(proc.pid, signal.SIGKILL)
@@ -404,8 +394,7 @@ def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, fr
     port = free_port()
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
         conn.load_state_dict(json.loads(state_path.read_text()))
-        proc = popen.start(command(port, "--resume", str(state_path)), stderr=subprocess.PIPE, text=True,
-                           env=torchless)
+        proc = popen.start(command(port, "--resume", str(state_path)), stderr=subprocess.PIPE, text=True)
         (after,) = receive(conn, 1, proc)
     finish(proc)
     assert len(after) == len(whole) - 3

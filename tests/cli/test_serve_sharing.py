@@ -1,6 +1,5 @@
 """The server tools on the sharing schemes: serve-imagenet-dir to zshare:// and zsplit:// with
---min-consumers, consumers joining with zjoin://, tensormon --consumers watching them. The servers run
-without torch (tests/torchless.py)."""
+--min-consumers, consumers joining with zjoin://, tensormon --consumers watching them."""
 
 from __future__ import annotations
 
@@ -10,16 +9,16 @@ import threading
 
 import numpy as np
 import pytest
-from test_serve_imagenet import CLASSES, PER_CLASS, SIZE, check_batches, finish, tool, torchless, tree  # noqa: F401
+from test_serve_imagenet import CLASSES, PER_CLASS, SIZE, check_batches, finish, tool, tree  # noqa: F401
 
 from tensorcom import Connection
 
 pytestmark = [pytest.mark.net, pytest.mark.procs]
 
 
-def serve_dir(popen, env, tree, url: str, *args: str) -> subprocess.Popen:  # noqa: F811
+def serve_dir(popen, tree, url: str, *args: str) -> subprocess.Popen:  # noqa: F811
     return popen.start([*tool("serve-imagenet-dir"), "-d", str(tree), "-b", "4", "--size", str(SIZE), "-r", "0",
-                        "--no-shuffle", *args, url], stderr=subprocess.PIPE, text=True, env=env)
+                        "--no-shuffle", *args, url], stderr=subprocess.PIPE, text=True)
 
 
 def consume(url: str, epochs: int, results: dict, key: int) -> None:
@@ -37,9 +36,9 @@ def run_consumers(url: str, count: int, epochs: int) -> dict:
     return results
 
 
-def test_zshare_every_consumer_gets_every_image_each_epoch(tree, popen, free_port, torchless):  # noqa: F811
+def test_zshare_every_consumer_gets_every_image_each_epoch(tree, popen, free_port):  # noqa: F811
     port = free_port()
-    proc = serve_dir(popen, torchless, tree, f"zshare://127.0.0.1:{port}", "--epochs", "2", "--min-consumers", "2", "-P", "2")
+    proc = serve_dir(popen, tree, f"zshare://127.0.0.1:{port}", "--epochs", "2", "--min-consumers", "2", "-P", "2")
     results = run_consumers(f"zjoin://127.0.0.1:{port}", 2, 2)
     finish(proc)
     assert sorted(results) == [0, 1]
@@ -52,9 +51,9 @@ def test_zshare_every_consumer_gets_every_image_each_epoch(tree, popen, free_por
             np.testing.assert_array_equal(images_a, images_b)
 
 
-def test_zsplit_divides_each_epoch_between_consumers(tree, popen, free_port, torchless):  # noqa: F811
+def test_zsplit_divides_each_epoch_between_consumers(tree, popen, free_port):  # noqa: F811
     port = free_port()
-    proc = serve_dir(popen, torchless, tree, f"zsplit://127.0.0.1:{port}", "--epochs", "1", "--min-consumers", "2")
+    proc = serve_dir(popen, tree, f"zsplit://127.0.0.1:{port}", "--epochs", "1", "--min-consumers", "2")
     results = run_consumers(f"zjoin://127.0.0.1:{port}", 2, 1)
     finish(proc)
     labels = [label for (batches,) in results.values() for _, labels in batches for label in labels]
@@ -62,9 +61,9 @@ def test_zsplit_divides_each_epoch_between_consumers(tree, popen, free_port, tor
     assert all(batches for (batches,) in results.values())
 
 
-def test_tensormon_consumers_shows_position_lag_rate_credit(tree, popen, free_port, torchless):  # noqa: F811
+def test_tensormon_consumers_shows_position_lag_rate_credit(tree, popen, free_port):  # noqa: F811
     port = free_port()
-    proc = serve_dir(popen, torchless, tree, f"zshare://127.0.0.1:{port}", "--epochs", "0", "-B")
+    proc = serve_dir(popen, tree, f"zshare://127.0.0.1:{port}", "--epochs", "0", "-B")
     with Connection(f"zjoin://127.0.0.1:{port}", credit=2, timeout=30) as conn:
         conn.recv()
         mon = subprocess.run([*tool("tensormon"), f"zjoin://127.0.0.1:{port}", "--consumers", "--json",

@@ -1,6 +1,7 @@
 """Autoscaled augmentation in the ImageNet pipelines and `serve-imagenet-dir -w auto`: the batches are
-those of a fixed -w 0, batch for batch, whatever the pool's size does while it runs. The server runs
-without torch (tests/torchless.py), so its batches are compared with ones resized by Pillow here."""
+those of a fixed -w 0, batch for batch, whatever the pool's size does while it runs. The server resizes
+images this small with Pillow (images.imagenet.Augment), so its batches are compared with ones resized
+by Pillow here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from torchless import pillow_resize, torchless_env
+from torchless import pillow_resize
 
 from tensorcom import Connection
 from tensorcom.images.imagenet import dir_pipeline
@@ -83,13 +84,13 @@ def test_resizing_mid_epoch_changes_no_batch(folder, capfd):
 
 @pytest.mark.net
 @pytest.mark.procs
-def test_serve_imagenet_dir_auto_sends_the_batches_of_a_fixed_pool(folder, popen, free_port, tmp_path):
+def test_serve_imagenet_dir_auto_sends_the_batches_of_a_fixed_pool(folder, popen, free_port):
     port = free_port()
     command = [sys.executable, "-m", "tensorcom.cli.serve_imagenet", "dir", "-d", str(folder), "-b", "3",
                "--size", str(SIZE), "--seed", "4", "--epochs", "1", "-r", "0", "-w", "auto", "--max-workers", "2",
                f"zpush://127.0.0.1:{port}"]
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30) as conn:
-        proc = popen.start(command, stderr=subprocess.PIPE, text=True, env=torchless_env(tmp_path))
+        proc = popen.start(command, stderr=subprocess.PIPE, text=True)
         served = [(images, labels) for images, labels in conn]
     assert proc.wait(timeout=30) == 0, proc.stderr.read()
     with pillow_resize():
