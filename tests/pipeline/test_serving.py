@@ -237,9 +237,9 @@ RESUMABLE = textwrap.dedent("""
 
 
 def resumable_pipeline():
-    """The factory of the servers that first_part kills. Their workers import this whole module, which
+    """The factory of the server that first_part kills. Its workers import this whole module, which
     delays the fifth batch: a SIGKILL of a server before its last worker has started leaves the
-    server's semaphore names in /dev/shm (the restarted servers import served.py alone)."""
+    server's semaphore names in /dev/shm (the restarted server imports served.py alone)."""
     return served.resumable_pipeline()
 
 
@@ -276,38 +276,21 @@ def rest_of_epoch(port, state_path, start):
 
 
 def test_resumed_server_sends_exactly_the_rest_of_the_epoch(popen, tmp_path, free_port):
-    port, state_path = free_port(), tmp_path / "state.json"
+    """A server (serve() with 2 workers), killed; then `tensorcom serve FILE.py:FUNC URL -w 2 --epochs 1
+    --resume FILE` sends exactly what the consumer has not had."""
+    port, port2, state_path = free_port(), free_port(), tmp_path / "state.json"
     script = tmp_path / "server.py"
     script.write_text(RESUMABLE.format(tests=os.path.dirname(__file__), url=f"zpush://127.0.0.1:{port}"))
     before = first_part(popen, port, state_path, [sys.executable, str(script)])
 
     def start():
-        thread, result = in_thread("served:resumable_pipeline", f"zpush://127.0.0.1:{port2}", workers=2,
-                                   report=None, resume=str(state_path))
-        return lambda: (thread.join(timeout=30), result.get("error"))
-
-    port2 = free_port()
-    after = rest_of_epoch(port2, state_path, start)
-    assert len(before) == 20 and sorted(before + after) == [f"s{i:04d}" for i in range(60)]
-
-
-def test_resume_through_the_command_line(popen, tmp_path, free_port):
-    """`tensorcom serve FILE.py:FUNC URL -w 2 --epochs 1`, killed; then the same with --resume FILE."""
-    port, port2, state_path = free_port(), free_port(), tmp_path / "state.json"
-    factory = f"{__file__}:resumable_pipeline"
-
-    def command(url, *more):
-        return [sys.executable, "-m", "tensorcom.cli.main", "serve", *more, factory, url, "-w", "2",
-                "--epochs", "1", "-r", "0"]
-
-    before = first_part(popen, port, state_path, command(f"zpush://127.0.0.1:{port}"))
-
-    def start():
-        server = popen.start(command(f"zpush://127.0.0.1:{port2}", "--resume", str(state_path)))
+        factory = f"{os.path.dirname(__file__)}/served.py:resumable_pipeline"
+        server = popen.start([sys.executable, "-m", "tensorcom.cli.main", "serve", "--resume", str(state_path),
+                              factory, f"zpush://127.0.0.1:{port2}", "-w", "2", "--epochs", "1", "-r", "0"])
         return lambda: server.wait(timeout=30)
 
     after = rest_of_epoch(port2, state_path, start)
-    assert sorted(before + after) == [f"s{i:04d}" for i in range(60)] and len(before) == 20
+    assert len(before) == 20 and sorted(before + after) == [f"s{i:04d}" for i in range(60)]
 
 
 def test_resume_state_must_fit_the_server(tmp_path):
