@@ -2,6 +2,7 @@
 batch axis over local devices (two forced host devices: XLA reads its flags once). JAX runs in one
 interpreter of its own (the `isolated` test, which runs every check), never in the test process."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,11 +12,12 @@ import threading
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax")
-
 from tensorcom.adapters.jax import ToJax, batch_sharding, iterate, to_jax
 from tensorcom.pipeline import Pipeline
 from tensorcom.transport.connection import Connection
+
+# jax itself is imported by the checks only: in the isolated interpreter, not in every test process that collects this
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
 
 
 def batch(i: int, n: int = 4) -> list:
@@ -23,6 +25,8 @@ def batch(i: int, n: int = 4) -> list:
 
 
 def check_fields_become_jax_arrays_in_the_same_container():
+    import jax
+
     out = to_jax({"jpg": batch(1)[0], "cls": batch(1)[1], "__key__": ["a"] * 4, "n": 3, "s": np.array(["x"])})
     assert isinstance(out["jpg"], jax.Array) and out["jpg"].shape == (4, 5, 7, 3) and out["jpg"].dtype == np.uint8
     assert out["cls"].dtype == np.int32 and out["cls"].tolist() == [10, 11, 12, 13]
@@ -33,6 +37,8 @@ def check_fields_become_jax_arrays_in_the_same_container():
 
 
 def check_bad_arguments():
+    import jax
+
     with pytest.raises(TypeError, match="ndarray"):
         to_jax(np.zeros(3))
     with pytest.raises(ValueError, match="sharding or device"):
@@ -51,11 +57,15 @@ def check_iterate_one_pass_of_a_pipeline_each_time():
 
 
 def check_one_device_sharding_keeps_whole_batches():
+    import jax
+
     images, labels = to_jax(batch(2), sharding=batch_sharding(jax.devices()[:1]))
     assert images.shape == (4, 5, 7, 3) and [s.data.shape for s in images.addressable_shards] == [(4, 5, 7, 3)]
 
 
 def check_sharding_over_two_host_devices():
+    import jax
+
     sharding = batch_sharding()
     out = to_jax({"x": np.arange(48, dtype=np.float32).reshape(8, 6), "y": np.arange(8, dtype=np.int32),
                   "scale": np.array(2.0, np.float32)}, sharding=sharding)
@@ -93,6 +103,8 @@ def check_a_connection_pass_ends_at_its_marker(port: int):
 def test_the_adapter_over_two_host_devices(monkeypatch, free_port):
     """Every check above, in the one interpreter this test has (`isolated`), with two forced host
     devices: XLA reads its flags when JAX first starts its CPU backend, after this sets them."""
+    import jax
+
     monkeypatch.setenv("XLA_FLAGS", f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2")
     jax.config.update("jax_platforms", "cpu")
     assert len(jax.devices()) == 2, "JAX's CPU backend started before XLA_FLAGS was set"
