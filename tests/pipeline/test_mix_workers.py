@@ -1,4 +1,5 @@
-"""Mixtures under workers: torchdata's StatefulDataLoader with 2 forked workers restored mid-epoch,
+"""Mixtures under workers: torchdata's StatefulDataLoader with 2 forked workers restored mid-epoch
+(check_a_mixture_resumes_under_two_forked_workers, run by test_resume's forking test),
 and tensorcom.serve(workers=2) of a mixed pipeline restarted from its consumer's state."""
 
 from __future__ import annotations
@@ -47,11 +48,10 @@ def round_robin(*portions):
     return out
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.isolated  # forks: in an interpreter of its own (spawned workers: test_resume's plain DataLoader)
-def test_stateful_dataloader_with_two_workers_resumes_a_mixture_exactly(caplog):
-    """Also test_resume's StatefulDataLoader case of a Pipeline under 2 workers. Forked workers inherit
-    the imported torch (spawned ones import it again, ~1.6 s of CPU each)."""
+def check_a_mixture_resumes_under_two_forked_workers(caplog):
+    """A StatefulDataLoader with 2 forked workers restored mid-epoch gives the rest in the order of an
+    uninterrupted run; also test_resume's case of a Pipeline under 2 workers. Run by
+    test_resume.test_forked_dataloader_workers, in an interpreter of its own with the other forking checks."""
     pytest.importorskip("torchdata.stateful_dataloader")
     p = mixtures.mixed_pipeline()
     whole = [s["__key__"] for s in round_robin(p.shard(0, 2), p.shard(1, 2))]

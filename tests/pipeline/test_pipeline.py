@@ -144,10 +144,10 @@ def test_pipelines_pickle_when_built_from_module_level_parts():
     assert [b[0].tolist() for b in clone] == [b[0].tolist() for b in p]
 
 
-@pytest.mark.procs
-@pytest.mark.isolated  # in a fresh interpreter, so that no thread another test started (torch, JAX) is forked
-def test_torch_dataloader_workers_get_disjoint_portions():
-    """Forked workers; spawned ones: test_resume's DataLoader over a pipeline of a ShardDataset."""
+def check_forked_dataloader_workers_take_disjoint_portions():
+    """Forked workers (run by test_resume.test_forked_dataloader_workers, in an interpreter of its own
+    with the other forking checks); spawned ones: test_resume's DataLoader over a pipeline of a
+    ShardDataset."""
     torch = pytest.importorskip("torch")
     from tensorcom.adapters.torch import iterable_dataset
 

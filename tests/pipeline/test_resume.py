@@ -1,6 +1,6 @@
 """Exact resume: the samples before a checkpoint plus those after a restart from it are one epoch,
 with no duplicate and nothing missing — in-process, with thread and process workers, and under
-torchdata's StatefulDataLoader with 0 and 2 (forked) workers (a Pipeline under 2: test_mix_workers).
+torchdata's StatefulDataLoader with 0 and 2 (forked) workers (a mixed Pipeline under 2: test_mix_workers).
 Plus the DataLoader double split.
 What worker processes run comes from worker_functions, which imports nothing."""
 
@@ -156,12 +156,32 @@ DATASETS = {
 
 @pytest.mark.procs
 @pytest.mark.timeout(300)
-# in-process, and the worker path (2 workers: each its portion); a Pipeline under 2 workers: test_mix_workers.
-# The workers fork, so the test runs in an interpreter of its own (spawned workers: the DataLoader test above;
-# each would import torch again, ~1.6 s of CPU)
-@pytest.mark.parametrize("kind, workers", [("Pipeline", 0), ("ShardDataset", 0),
-                                           pytest.param("ShardDataset", 2, marks=pytest.mark.isolated)])
-def test_stateful_dataloader_resumes_exactly(urls, kind, workers, caplog):
+@pytest.mark.parametrize("kind", sorted(DATASETS))
+def test_stateful_dataloader_resumes_exactly(urls, kind, caplog):
+    """In-process; under 2 workers: test_forked_dataloader_workers."""
+    stateful_resume(urls, kind, 0, caplog)
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(300)
+@pytest.mark.isolated
+def test_forked_dataloader_workers(urls, caplog):
+    """What forks torch DataLoader workers, in one interpreter of its own (a fork must not inherit other
+    tests' threads; forked workers inherit torch where spawned ones import it again, ~1.6 s of CPU
+    each): StatefulDataLoader resumes under 2 workers, of a ShardDataset (each worker its portion) and
+    of a mixed Pipeline (test_mix_workers), and a plain DataLoader's workers taking disjoint portions
+    (test_pipeline). Spawned workers: the double-split regression above."""
+    from test_mix_workers import check_a_mixture_resumes_under_two_forked_workers
+    from test_pipeline import check_forked_dataloader_workers_take_disjoint_portions
+
+    stateful_resume(urls, "ShardDataset", 2, caplog)
+    check_a_mixture_resumes_under_two_forked_workers(caplog)
+    check_forked_dataloader_workers_take_disjoint_portions()
+
+
+def stateful_resume(urls, kind, workers, caplog):
+    """A StatefulDataLoader of DATASETS[kind] with `workers` (forked) workers, saved after 10 samples;
+    a fresh one loaded with that state yields the rest: every sample once, from our saved state."""
     pytest.importorskip("torchdata.stateful_dataloader")
     first = stateful_loader(DATASETS[kind](urls), workers)
     iterator = iter(first)
