@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -262,6 +263,10 @@ def nothing_left_in_shm(request):
 
     gc.collect()  # primitives of this process unlink their names when collected
     left = sorted(shm_entries() - before)
+    deadline = time.monotonic() + 10.0  # a SIGKILLed server's resource tracker unlinks what the server
+    while left and time.monotonic() < deadline:  # left once its workers have gone too (they watch it)
+        time.sleep(0.1)
+        left = sorted(shm_entries() - before)
     if left:
         where = f"the session's own {SHM}" if why is None else f"{SHM} (shared with this host's other processes: {why})"
         pytest.fail(f"the tests left {len(left)} entries in {where}: {', '.join(left)}", pytrace=False)

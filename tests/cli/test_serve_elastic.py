@@ -49,7 +49,7 @@ def serve_command(port: int, workers: int, *more: str) -> list[str]:
 def take_and_kill(popen, port: int, command: list[str], state: Path, count: int | None) -> list:
     """Start `command` (a server sending to zpull://127.0.0.1:port), continue the consumer record in
     `state` (when it exists), take `count` batches (None: the rest of the epoch), save the record; a
-    server still running is SIGKILLed with its processes. Returns the batches taken."""
+    server still running is SIGKILLed (its main process; its workers follow it). Returns the batches taken."""
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
         if state.exists():
             conn.load_state_dict(json.loads(state.read_text()))
@@ -58,9 +58,9 @@ def take_and_kill(popen, port: int, command: list[str], state: Path, count: int 
         conn.save_state(state)
         if count is None:
             assert server.wait(timeout=30) == 0
-        else:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
+        else:  # the server's process alone, as the OOM killer does: its workers and resource tracker see it
+            os.kill(server.pid, signal.SIGKILL)  # go and clean up (killing the whole group in the middle of
+            server.wait(timeout=10)  # its start-up would leave the semaphores its workers had not opened yet)
     return batches
 
 
