@@ -388,7 +388,7 @@ def test_resume_file_serves_exactly_the_batches_not_yet_consumed(tree, popen, fr
         proc = popen.start(command(port), stderr=subprocess.DEVNULL)
         before = [conn.recv() for _ in range(3)]
         conn.save_state(state_path)
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, signal.SIGKILL)  # its main process: its workers follow it
         proc.wait(timeout=10)
 
     port = free_port()

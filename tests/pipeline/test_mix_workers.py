@@ -102,7 +102,7 @@ def test_serve_of_a_mixture_resumes_from_the_consumers_state(popen, tmp_path, fr
         server = popen.start([sys.executable, str(script)])
         before = keys(conn.recv() for _ in range(5))
         conn.save_state(state_path)
-        os.killpg(server.pid, signal.SIGKILL)
+        os.kill(server.pid, signal.SIGKILL)  # its main process: its workers follow it
         server.wait(timeout=10)
     result = {}
     with Connection(f"zpull://127.0.0.1:{port2}", timeout=30) as conn:
