@@ -272,6 +272,21 @@ def nothing_left_in_shm(request):
         pytest.fail(f"the tests left {len(left)} entries in {where}: {', '.join(left)}", pytrace=False)
 
 
+# --- one Ray instance per pytest process ---
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    """The ray module, initialised once for the session: ray.init(num_cpus=2) on 127.0.0.1, shut down at
+    its end. The tests that start Ray actors (tests/adapters/test_ray.py, test_ray_reconnect.py) carry
+    `@pytest.mark.xdist_group("ray")`, so that with `pytest -n 3 --dist loadgroup` one worker runs them all
+    on one instance (starting one takes about 5 s). Skipped where Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 # --- the long tests start first ---
 
 

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import find_free_port
 
 pytestmark = [pytest.mark.net, pytest.mark.procs,  # torch is imported by the ranks only, not here
               pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")]
@@ -41,21 +41,13 @@ def serve_split(url: str, result: dict) -> None:
         result["error"] = repr(exc)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the module-scoped fixture below cannot take the
-    function-scoped `free_port`, and `from conftest import` may find tests/adapters/conftest.py)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """Both ranks' results (torch_ddp_rank.py, run once for every test here) and the server's."""
-    tmp, url, served = tmp_path_factory.mktemp("ddp"), f"127.0.0.1:{free_port()}", {}
+    tmp, url, served = tmp_path_factory.mktemp("ddp"), f"127.0.0.1:{find_free_port()}", {}
     server = threading.Thread(target=serve_split, args=(f"zsplit://{url}", served), daemon=True)
     server.start()
-    port, procs = free_port(), []
+    port, procs = find_free_port(), []
     outs = [tmp / f"rank{rank}.json" for rank in range(2)]
     try:
         for rank, out in enumerate(outs):
