@@ -295,7 +295,12 @@ def marked_env() -> tuple[dict, str]:
 
 def mark_here(monkeypatch) -> str:
     """A fresh marker variable set in this environment (for the test): the processes a tool run `here`
-    starts carry it, this process's /proc environ does not. Returns "NAME=VALUE"."""
+    starts carry it, this process's /proc environ does not. Returns "NAME=VALUE". This process's
+    multiprocessing resource tracker is started first: started by the tool's first pool, it would carry
+    the marker and outlive the run (it serves every later pool of this process)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     _, marker = marked_env()
     monkeypatch.setenv(*marker.split("="))
     return marker
