@@ -1,6 +1,7 @@
 """The in-memory index of a decoded-image cache: which segment, offset and length hold a key's entry.
 
     index = KeyIndex()
+    record(sha, token, offset, length)   the 64-byte index.log record of one stored entry
     index.add_records(data)      whole 64-byte records of index.log (RECORD); malformed ones skipped
     index.add(sha, token, offset, length)   one entry this process just stored
     index.get(sha)               (token, offset, length) of the latest record for `sha`, or None
@@ -26,6 +27,11 @@ RECORD = np.dtype([("magic", "S8"), ("key", "<u8"), ("rest", "V12"), ("token", "
 _RECORD = struct.Struct("<8s20s8sqq12x")  # the same record, for a few at a time
 assert RECORD.itemsize == _RECORD.size == 64
 _MERGE_AT = 4096  # records kept in the dict before they are merged into the sorted arrays
+
+
+def record(sha: bytes, token: bytes, offset: int, length: int) -> bytes:
+    """The index.log record (RECORD) placing the entry of sha1 `sha` at `offset` of segment `token`."""
+    return _RECORD.pack(MAGIC, sha, token, offset, length)
 
 
 def short_key(sha: bytes) -> int:

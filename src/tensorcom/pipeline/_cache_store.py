@@ -57,16 +57,13 @@ import numpy as np
 
 from tensorcom import tenbin
 from tensorcom.errors import DecodeError
-from tensorcom.pipeline._cache_index import MAGIC as _INDEX_MAGIC
-from tensorcom.pipeline._cache_index import RECORD, KeyIndex, segment_ends
+from tensorcom.pipeline._cache_index import RECORD, KeyIndex, record, segment_ends
 
 BUDGET_FILE = "budget.log"
 INDEX_FILE = "index.log"
 _RECORD = struct.Struct("<q")
-_INDEX = struct.Struct("<8s20s8sqq12x")  # magic, sha1 of the key, segment token, offset, length (RECORD)
 _PREFIX = struct.Struct("<8s20sq28x")  # magic, sha1 of the key, length of the .ten bytes that follow: 64
 _PREFIX_MAGIC = b"TcEntry1"
-assert _INDEX.size == RECORD.itemsize
 
 
 def digest(key: str) -> bytes:
@@ -238,7 +235,7 @@ class EntryStore:
                 segment.close()
                 raise
             offset, segment.end = segment.end, segment.end + _PREFIX.size + length
-            os.write(self._index(), _INDEX.pack(_INDEX_MAGIC, sha, segment.token, offset, length))
+            os.write(self._index(), record(sha, segment.token, offset, length))
             self._entries.add(sha, segment.token, offset, length)
             self._names[segment.token] = segment.name
         return "stored"
@@ -263,12 +260,12 @@ class EntryStore:
             return
         with self._lock:
             fd = self._index()
-            end = os.fstat(fd).st_size // _INDEX.size * _INDEX.size
+            end = os.fstat(fd).st_size // RECORD.itemsize * RECORD.itemsize
             if end <= self._read_to:
                 return
             while self._read_to < end:  # at most 1 M records (64 MB) at a time
-                data = os.pread(fd, min(end - self._read_to, _INDEX.size << 20), self._read_to)
-                usable = len(data) // _INDEX.size * _INDEX.size
+                data = os.pread(fd, min(end - self._read_to, RECORD.itemsize << 20), self._read_to)
+                usable = len(data) // RECORD.itemsize * RECORD.itemsize
                 if not usable:
                     break
                 self._entries.add_records(data[:usable])
