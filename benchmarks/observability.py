@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import statistics
@@ -41,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pipeline as bench  # noqa: E402  (benchmarks/pipeline.py: the folder, its checks, the timer)
+from _processes import descendants, proc_table  # noqa: E402  (benchmarks/_processes.py)
 
 SETTINGS = {"off": ["--no-timing"], "on": ["--metrics", "127.0.0.1:0"]}
 ENDPOINT = re.compile(r"metrics at (http://\S+?/metrics)")
@@ -54,23 +54,10 @@ def children_cpu() -> float:
 
 
 def tree_cpu(pid: int) -> float:
-    """User + system CPU seconds so far of process `pid` and its descendants, live or reaped (/proc/PID/stat)."""
-    parents, times = {}, {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:  # it exited meanwhile
-            continue
-        # utime, stime, and cutime, cstime: its children that exited and were reaped (publishers done)
-        parents[int(entry.name)], times[int(entry.name)] = int(fields[1]), sum(int(f) for f in fields[11:15])
-    tree, grown = {pid}, True
-    while grown:
-        more = {child for child, parent in parents.items() if parent in tree} - tree
-        tree, grown = tree | more, bool(more)
-    return sum(times.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds so far of process `pid` and its descendants, live or reaped
+    (benchmarks/_processes.py's /proc table: each row counts the children it reaped, publishers done)."""
+    rows = proc_table()
+    return sum(row.cpu for row in rows if row.pid == pid) + sum(row.cpu for row in descendants(pid, rows))
 
 
 class Scraper:
