@@ -178,18 +178,16 @@ class ServerActor:
     def _deal(self, portions: list[int]) -> None:
         """Serve `portions` from now on: close the lanes of the others, keep those that stay (a lane
         not built yet is built by hello())."""
-        kept = [lane for lane in self.lanes if lane.portion in portions]
+        kept = {lane.portion: lane for lane in self.lanes if lane.portion in portions}
         for lane in self.lanes:
-            if lane.portion not in portions:
+            if lane.portion not in kept:
                 lane.source.close()
                 if lane.conn is not None:
                     lane.conn.close(linger=0)
         self.portions = portions
         if self.lanes:
-            feed, have = self.feed.get(), {lane.portion for lane in kept}
-            made = {v: Lane(v, feed.open(v, self.job.portions), None) for v in portions if v not in have}
-            by_portion = {lane.portion: lane for lane in kept}
-            self.lanes = [by_portion[v] if v in by_portion else made[v] for v in portions]
+            feed = self.feed.get()
+            self.lanes = [kept[v] if v in kept else Lane(v, feed.open(v, self.job.portions), None) for v in portions]
 
     def close(self) -> None:
         for lane in self.lanes:
