@@ -140,6 +140,7 @@ def components(root: Path, count: int = 100, rounds: int = 7) -> dict[str, float
         boxes = [RandomResizedCrop(SIZE).box(*imagecodec.image_size(data), rng) for data in datas]
         arrays = [decode_bounded(data, None) for data in datas]
         cached, store = Augment(SIZE, dedicated=True, cache=decoded_cache(source, base)), EntryStore(f"{base}/parts")
+        plain = Augment(SIZE, dedicated=True)
         parts = {
             "uncached: Augment (read, region decode, crop + resize + flip)": lambda: [plain(s, rng) for s in samples],
             "  read the file": lambda: [Path(s["__path__"]).read_bytes() for s in samples],
@@ -151,7 +152,6 @@ def components(root: Path, count: int = 100, rounds: int = 7) -> dict[str, float
             "  crop + resize + flip of the array": lambda: [transform(a, rng) for a in arrays],
             "hit: Augment(cache=) (map the entry, crop + resize + flip)": lambda: [cached(s, rng) for s in samples],
         }
-        plain = Augment(SIZE, dedicated=True)
         for name, part in parts.items():
             start = time.process_time()
             part()
