@@ -114,7 +114,8 @@ class TarWriter(_AbandonedOnError):
         if not self.writing:
             state = "an abandoned" if self.abandoned else "a closed"
             raise ValueError(f"write to {state} TarWriter ({self.url})")
-        key, fields = sample_fields(sample, encode=self.encode, allow_pickle=self.allow_pickle, keep_meta=self.keep_meta)
+        key, fields = sample_fields(sample, encode=self.encode, allow_pickle=self.allow_pickle,
+                                    keep_meta=self.keep_meta)
         try:
             total = self._add(key, fields)
         except BaseException as exn:
