@@ -3,7 +3,6 @@ first use, so that a submodule can be imported without the rest of the layer).""
 
 from __future__ import annotations
 
-
 import pytest
 
 import tensorcom.pipeline as pipeline
@@ -32,4 +31,3 @@ def test_public_names_are_imported_on_first_use_and_all_resolve():
     assert pipeline.ShardSource is sources.ShardSource and isinstance(stages.Batched, type)
     with pytest.raises(AttributeError, match="no attribute 'Pipline'"):
         pipeline.Pipline  # noqa: B018
-
