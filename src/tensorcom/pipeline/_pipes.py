@@ -74,17 +74,18 @@ def _write_all(fd: int, parts: list) -> None:
 
 def _read_exact(stream: io.FileIO, size: int) -> bytearray:
     """Exactly `size` bytes from the pipe; EOFError when it closes first."""
-    buffer = bytearray(size)
-    if fill(stream, buffer) < size:
-        raise EOFError("the worker's pipe closed in the middle of a message")
-    return buffer
+    return _filled(stream, bytearray(size))
 
 
 def _read_buffer(stream: io.FileIO, size: int) -> np.ndarray:
     """Exactly `size` bytes from the pipe into a new uint8 array (not zero-filled first); EOFError when
     the pipe closes first."""
-    buffer = np.empty(size, np.uint8)
-    if fill(stream, buffer) < size:
+    return _filled(stream, np.empty(size, np.uint8))
+
+
+def _filled(stream: io.FileIO, buffer: Any) -> Any:
+    """`buffer` (bytearray or 1-d uint8 array) filled from the pipe; EOFError when it closes first."""
+    if fill(stream, buffer) < len(buffer):
         raise EOFError("the worker's pipe closed in the middle of a message")
     return buffer
 
