@@ -108,8 +108,9 @@ class Serving:
         # the driver holds each feed in the object store for the serve's life and the actors get a
         # reference to it, so that a restarted actor finds it there (Ray may drop its own copy of a
         # large constructor argument, ray-project/ray#53727); one reference per distinct feed
-        refs: dict = {}
-        self.feed_refs = [refs.setdefault(id(feed), self.ray.put(feed)) for feed in self.feeds]
+        distinct = {id(feed): feed for feed in self.feeds}
+        refs = {key: self.ray.put(feed) for key, feed in distinct.items()}
+        self.feed_refs = [refs[id(feed)] for feed in self.feeds]
         self._add_members(self.job.processes)
         if name is not None:
             self.directory = self.ray.remote(Directory).options(name=f"serve:{name}", namespace=NAMESPACE,
