@@ -42,7 +42,7 @@ def actor_ceiling(minimum: int, maximum: int, portions: int, cpus: float, per_ac
     none)); ValueError when `minimum` is above it."""
     ceiling = min(maximum, portions)
     if per_actor > 0:
-        ceiling = min(ceiling, int(cpus // per_actor + 1e-9))
+        ceiling = min(ceiling, int(cpus // per_actor))
     if minimum > ceiling:
         raise ValueError(f"workers='auto': min_workers={minimum} actors do not fit: the stream has {portions} "
                          f"portions, max_workers={maximum}, Ray has {cpus:g} CPUs for actors of {per_actor:g}")
