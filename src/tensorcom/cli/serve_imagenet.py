@@ -107,8 +107,9 @@ def serve_args(args: argparse.Namespace, pipeline) -> int:
 def pipeline_options(args: argparse.Namespace) -> dict:
     """The keyword arguments both pipelines take, from the parsed command line (with --ray, --cache made
     absolute: the actors run in other working directories, the same path on each node)."""
-    if args.ray is not None and args.cache is not None:
-        args.cache = os.path.abspath(args.cache)
+    cache = cache_options(args)
+    if args.ray is not None and cache["cache"] is not None:
+        cache["cache"] = os.path.abspath(cache["cache"])
     workers = args.workers
     if workers == "auto":
         from tensorcom.pipeline.autoscale import Elastic
@@ -116,7 +117,7 @@ def pipeline_options(args: argparse.Namespace) -> dict:
         workers = Elastic(args.min_workers, args.max_workers)
     return dict(batch_size=args.batch_size, size=args.size, shuffle=args.shuffle, normalize=args.normalize,
                 workers=workers, seed=args.seed, min_scale=args.min_scale, dedicated=True,
-                **cache_options(args))
+                **cache)
 
 
 @entry_point
