@@ -81,6 +81,15 @@ def test_headers_and_archives_are_what_tarfile_writes(attributes):
                                        group=attributes["gname"], mode=attributes["mode"])) == reference
 
 
+@pytest.mark.parametrize("size", [8 ** 11 - 1, 8 ** 11, 20 * 2 ** 30])  # the last ustar size, then pax sizes
+def test_headers_of_the_largest_members_are_what_tarfile_writes(size):
+    """Headers only (no data is written): the joined ustar header of the largest size it can hold, and
+    the pax header of 8 GiB and more, against a header tarfile writes for the same member."""
+    info = tarfile.TarInfo("big.bin")
+    info.size, info.mtime, info.mode, info.uname, info.gname = size, 0, 0o444, "bigdata", "bigdata"
+    assert Headers()("big.bin", size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
 def test_gzip_archives_are_deterministic(tmp_path):
     for name in ("a.tgz", "b.tar.gz"):
         with TarWriter(str(tmp_path / name)) as writer:
