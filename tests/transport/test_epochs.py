@@ -141,3 +141,23 @@ def test_each_pass_consumes_one_marker_per_sender(size):
     messages = [marker(s, epoch=e, group="g", size=size) for e in range(2) for s in senders]
     passes, _ = feed(book, messages)
     assert len(passes) == 2 and book.markers == {}
+
+
+def test_subscriber_that_joins_at_a_marker_ends_no_pass_with_it():
+    book = EpochBook(1, joins_midstream=True)
+    passes, rest = feed(book, [marker("a", epoch=4), batch("a", 7, epoch=5), batch("a", 8, epoch=5),
+                               marker("a", epoch=5)])
+    assert passes == [[("a", 7), ("a", 8)]] and rest == []  # epoch 4 was not seen: no empty pass
+    assert book.lost_markers == 0 and book.passes == 1
+
+
+def test_subscriber_joining_mid_epoch_ends_that_epoch_at_its_marker():
+    book = EpochBook(1, joins_midstream=True)
+    passes, _ = feed(book, [batch("a", 3, epoch=2), marker("a", epoch=2), marker("a", epoch=3)])
+    assert passes == [[("a", 3)], []]  # a marker after the sender was heard ends a pass, even empty
+
+
+def test_puller_first_marker_ends_an_empty_pass():
+    book = EpochBook(1)  # a PULL peer is sent a marker for every epoch it was connected in
+    passes, _ = feed(book, [marker("a", epoch=0), batch("a", 1, epoch=1), marker("a", epoch=1)])
+    assert passes == [[], [("a", 1)]]

@@ -28,6 +28,9 @@ The rules (docs/transport.md, "The end of an epoch"):
   ones before it; a marker of an epoch the sender has already ended (a duplicate) is dropped.
   `lost_markers` counts the markers that never arrived, `implicit_ends` the passes a stand-in ended.
   So a pass never mixes two epochs of one sender.
+- A subscriber joins a stream in the middle (`joins_midstream`, set for SUB sockets): a sender's
+  marker that comes before any batch of it ends an epoch the receiver saw nothing of, so it is
+  dropped and ends no pass (a puller's first marker does end one: it was a peer for that epoch).
 - A restarted sender is a new sender (a new id). A message whose `portion` (stream, worker) was sent so
   far by another id replaces that sender: the old one is retired (its markers, its place in the pass
   and its held messages are forgotten) and whatever still arrives from it is dropped (DROP).
@@ -74,8 +77,10 @@ class EpochBook:
     """
 
     def __init__(self, expected: int = 1, *, max_held_messages: int = MAX_HELD_MESSAGES,
-                 max_held_bytes: int = MAX_HELD_BYTES):
+                 max_held_bytes: int = MAX_HELD_BYTES, joins_midstream: bool = False):
         self.expected = expected
+        self.joins_midstream = joins_midstream  # a subscriber: a sender's first marker ends nothing
+        self.heard: set[str] = set()  # senders any message was admitted from
         self.max_held_messages, self.max_held_bytes = max_held_messages, max_held_bytes
         self.markers: dict[Any, dict] = {}  # group key -> {"size": n, "senders": {sender: markers}}
         self.ended: set[str] = set()  # senders whose marker for the current pass has arrived
@@ -102,6 +107,8 @@ class EpochBook:
         if sender in self.retired:
             return Verdict.DROP
         self._claim_slot(message)
+        if self._joined_at_marker(message):
+            return Verdict.DROP
         verdict = self._check_epoch(message)
         if verdict is not None:
             return verdict
@@ -197,6 +204,17 @@ class EpochBook:
         self.position[sender] = epoch
         self.backlog.appendleft(message)
         return Verdict.LOST_MARKER
+
+    def _joined_at_marker(self, message: Any) -> bool:
+        """True for the marker of a subscriber's first message from its sender (the epoch it ends was
+        not seen): its sender is then placed at the next epoch. Records that the sender was heard."""
+        first = message.sender not in self.heard
+        self.heard.add(message.sender)
+        if not (first and self.joins_midstream and message.kind == "end_of_epoch"):
+            return False
+        if message.epoch is not None:
+            self.position[message.sender] = message.epoch + 1
+        return True
 
     def _claim_slot(self, message: Any) -> None:
         """Make the message's sender the one sending its portion; retire the sender it replaces."""

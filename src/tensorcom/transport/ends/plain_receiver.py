@@ -73,6 +73,7 @@ class PlainReceiver(Attached):
         address = sockets.attach(self.live_socket(), endpoint)
         self.endpoints.append(endpoint)
         self.book.expected = expected_groups([e.bind for e in self.endpoints], self.senders)
+        self.book.joins_midstream = endpoint.socket_type == "SUB"
         if self.inbound is not None:
             self.inbound.url = self.url
         return address
