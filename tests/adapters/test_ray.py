@@ -418,13 +418,35 @@ def test_actors_decode_into_a_cache_of_their_node_and_serve_the_same_bits(ray_in
     ({"min_workers": 2, "max_workers": 2, "portions": 1}, "portions"),
     ({"url": "zpush://127.0.0.1:9"}, "sharing URL"),
     ({"workers": 2, "max_workers": 4}, "workers='auto'"),
+    ({"workers": 2, "url": "zpush://127.0.0.1:9", "min_consumers": 2}, "min_consumers=2 .*zpush://127.0.0.1:9"),
 ])
-def test_auto_actors_with_bad_counts_are_a_clear_error_before_ray_starts(options, message):
+def test_bad_options_are_a_clear_error_before_ray_starts(options, message):
     from tensorcom.adapters import ray as tray
 
     options = {"workers": "auto", "url": "zsplit://127.0.0.1:9", **options}
     with pytest.raises(ValueError, match=message):
         tray.start(FACTORY, options.pop("url"), report=None, **options)
+
+
+def test_auto_decides_only_what_needs_rays_cpus_and_keeps_the_streams_plan(ray_instance):
+    """start_feeds makes the stream's plan once, before Ray starts; auto_actors then decides only what
+    needs Ray's CPUs (2 here): an UNDECIDED V becomes max_workers' default (CPUs / CPUs per actor),
+    the rest of the plan kept; a decided plan passes as it is; min_workers that do not fit are a
+    ValueError."""
+    from tensorcom.adapters.ray import auto_actors
+    from tensorcom.adapters.ray._scaling import UNDECIDED
+    from tensorcom.pipeline.serving import resume_plan
+    from tensorcom.transport.resume import ResumePlan
+
+    fresh = resume_plan(None, UNDECIDED, 3, 2)
+    auto, decided = auto_actors(ray_instance, (1, None, None), None, fresh)
+    assert (decided.stream, decided.portions, decided.epoch) == (fresh.stream, 2, 3)
+    assert (auto.minimum, auto.ceiling, auto.target) == (1, 2, 1)
+    resumed = ResumePlan("s", 5, 1, {(1, 0): 3})
+    auto, kept = auto_actors(ray_instance, (1, None, None), {"num_cpus": 0.5}, resumed)
+    assert kept is resumed and auto.ceiling == 4
+    with pytest.raises(ValueError, match="min_workers=3 actors do not fit: the stream has 2 portions"):
+        auto_actors(ray_instance, (3, None, None), {"num_cpus": 0}, ResumePlan("s", 2, 0))
 
 
 def test_auto_actors_are_bounded_by_rays_cpus():

@@ -47,6 +47,7 @@ epochs, restarts and rescaling), _figures (the reports and the metrics endpoint)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -62,7 +63,7 @@ from tensorcom.adapters.ray._actors import (
     require_ray,
 )
 from tensorcom.adapters.ray._driver import Plan, Serving
-from tensorcom.adapters.ray._scaling import ActorScaling, actor_ceiling, check_auto
+from tensorcom.adapters.ray._scaling import UNDECIDED, ActorScaling, actor_ceiling, check_auto
 from tensorcom.pipeline.serving import (
     DEFAULT_LINGER,
     ServeJob,
@@ -71,6 +72,7 @@ from tensorcom.pipeline.serving import (
     resume_plan,  # serve()'s one rule for `resume`
 )
 from tensorcom.pipeline.shared_serving import is_sharing
+from tensorcom.transport.resume import ResumePlan
 
 __all__ = ["Serving", "endpoints", "serve", "serve_dataset", "start"]
 
@@ -83,18 +85,19 @@ def start(pipeline: Any, url: Any, *, workers: int | str = 2, min_workers: int |
     (default 1) to `max_workers` (default: Ray's CPUs / CPUs per actor, at most V), V = `portions`
     (or the resumed state's), else max_workers; their number changes only at an epoch boundary;
     `scaler`: what decides (default a tensorcom.pipeline.autoscale.Autoscaler; any object with its
-    observe(), and optionally decided(target)). ValueError for bad counts, before Ray starts."""
+    observe(), and optionally decided(target)). ValueError for bad options or a resume state that does
+    not fit them, before Ray starts, with either kind of `workers`; with workers="auto", also once Ray
+    runs (before any actor) when min_workers actors do not fit its CPUs or V."""
     if workers != "auto":
         if min_workers is not None or max_workers is not None or scaler is not None:
             raise ValueError(f"min_workers, max_workers and scaler go with workers='auto', not workers={workers!r}")
-        require_ray()
-        check_spec(pipeline)
-        return start_feeds([PipelineFeed(pipeline)] * _positive("workers", workers), url, **options)
-    minimum, maximum = check_auto(min_workers, max_workers, is_sharing(url), options.get("portions"))
+        count, scaling = _positive("workers", workers), None
+    else:
+        minimum, maximum = check_auto(min_workers, max_workers, is_sharing(url), options.get("portions"))
+        count, scaling = 1, (minimum, maximum, scaler)
     require_ray()
     check_spec(pipeline)
-    return start_feeds([PipelineFeed(pipeline)] * (maximum or minimum), url, scaling=(minimum, maximum, scaler),
-                       **options)
+    return start_feeds([PipelineFeed(pipeline)] * count, url, scaling=scaling, **options)
 
 
 def serve(pipeline: Any, url: Any, **options: Any) -> dict:
@@ -155,38 +158,49 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
     connection_options, linger: as tensorcom.serve. portions: V, the stream's portions (default: one
     per actor; with `resume`, the state's), actor i serving those v with v % N == i: the batches and
     their order depend on the seed, the epoch and V, not on the number of actors. scaling: start()'s
-    (min_workers, max_workers, scaler) of workers="auto", `feeds` then being max_workers (or
-    min_workers when max_workers is None) copies of one PipelineFeed. cache: the directory of the
+    (min_workers, max_workers, scaler) of workers="auto" (check_auto's), `feeds` then being the one
+    PipelineFeed every actor serves. cache: the directory of the
     pipeline's cache(None) stages (decoded images, tensorcom.pipeline.cache), the same path on every
     node (relative: to this process's working directory) and each node's own: its actors share its
     files; a node without the directory makes it. metrics: "HOST:PORT" (port 0: a free one) of the
     driver's metrics endpoint, as tensorcom.serve's: the hub's totals and consumers (their data wait),
-    the actors and their runs' seconds waiting on the hub (idle) and the rest (busy)."""
+    the actors and their runs' seconds waiting on the hub (idle) and the rest (busy).
+
+    The stream's plan (resume_plan: its V, first epoch, what the consumers have) is made once, before
+    Ray starts, for a fixed number of actors and workers="auto" alike, and so is every ValueError of
+    the options and the resume state; once Ray runs, workers="auto" decides what needs its CPUs
+    (auto_actors: an UNDECIDED V, the most actors, ValueError when min_workers do not fit)."""
     ray = require_ray()
     sharing_urls = check_urls(url, len(feeds))
     cache = None if cache is None else os.path.abspath(cache)
     if epochs is not None:
         _positive("epochs", epochs)
-    resumed = resume_plan(resume, len(feeds), first_epoch, epochs, portions)
-    if resumed.portions != len(feeds) and not all(feed.resumable for feed in feeds):
-        raise ValueError(f"a Ray Data dataset is served in one portion per actor: {len(feeds)} actors cannot serve "
-                         f"{resumed.portions} portions")
-    feeds = feeds[:resumed.portions]  # every actor serves at least one portion
+    if not sharing_urls and (min_consumers != 1 or sharing):
+        raise ValueError(f"min_consumers={min_consumers} and sharing={sharing!r} need zshare:// or zsplit:// URLs, "
+                         f"not {url!r}")
+    # the stream's plan, once, before Ray starts: V = portions, the resumed state's, else one per actor
+    # (auto: max_workers, or UNDECIDED when not given, which auto_actors decides once Ray runs)
+    resumed = resume_plan(resume, len(feeds) if scaling is None else scaling[1] or UNDECIDED, first_epoch, epochs,
+                          portions)
+    if scaling is None:
+        if resumed.portions != len(feeds) and not all(feed.resumable for feed in feeds):
+            raise ValueError(f"a Ray Data dataset is served in one portion per actor: {len(feeds)} actors cannot "
+                             f"serve {resumed.portions} portions")
+        feeds = feeds[:resumed.portions]  # every actor serves at least one portion
     own_ray = not ray.is_initialized()
     if own_ray:
         ray.init(address=address, **({"include_dashboard": False} if address is None else {}))
     serving = hub = auto = None
     try:
         if scaling is not None:
-            auto, feeds, resumed = auto_actors(ray, feeds, scaling, resources, resume, first_epoch, epochs, portions)
+            auto, resumed = auto_actors(ray, scaling, resources, resumed)
+            feeds = feeds * auto.ceiling  # the feed of every actor there can be
         if sharing_urls:
             from tensorcom.transport.sharing.hub import Hub
 
             hub = Hub(url, curve=curve, input_host=host or node_address(ray),
                       min_consumers=min_consumers, **(sharing or {}))
             attach_catch_up_of(hub, feeds, cache)
-        elif min_consumers != 1 or sharing:
-            raise ValueError("min_consumers and sharing options need zshare:// or zsplit:// URLs")
         options = {"allow64": True, **({"curve": curve} if curve is not None and hub is None else {}),
                    **(connection_options or {}), "linger": linger}
         urls = [hub.worker_url] if hub else list(url) if isinstance(url, list) else [url]
@@ -209,11 +223,12 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
         raise
 
 
-def auto_actors(ray: Any, feeds: list, scaling: tuple, resources: dict | None, resume: Any, first_epoch: int,
-                epochs: int | None, portions: int | None) -> tuple[ActorScaling, list, Any]:
-    """workers="auto" once Ray runs: (the driver's ActorScaling, the feeds (one per portion), the
-    resume plan), V being `portions`, the resumed state's, else max_workers (default: Ray's CPUs / CPUs
-    per actor); ValueError when min_workers actors do not fit (actor_ceiling)."""
+def auto_actors(ray: Any, scaling: tuple, resources: dict | None,
+                resumed: ResumePlan) -> tuple[ActorScaling, ResumePlan]:
+    """workers="auto" once Ray runs: the driver's ActorScaling and the stream's plan `resumed`, its V
+    decided when start_feeds left it UNDECIDED (a fresh stream without portions or max_workers):
+    max_workers' default, Ray's CPUs / CPUs per actor (at least min_workers); ValueError when
+    min_workers actors do not fit (actor_ceiling: V, max_workers, Ray's CPUs)."""
     from tensorcom.pipeline.autoscale import Autoscaler
 
     minimum, maximum, scaler = scaling
@@ -221,10 +236,11 @@ def auto_actors(ray: Any, feeds: list, scaling: tuple, resources: dict | None, r
     cpus = float(ray.cluster_resources().get("CPU", 0))
     if maximum is None:
         maximum = max(int(cpus // per_actor) if per_actor > 0 else minimum, minimum)
-    resumed = resume_plan(resume, maximum, first_epoch, epochs, portions)
+    if resumed.portions == UNDECIDED:
+        resumed = dataclasses.replace(resumed, portions=maximum)
     ceiling = actor_ceiling(minimum, maximum, resumed.portions, cpus, per_actor)
     scaler = scaler if scaler is not None else Autoscaler(minimum, ceiling, cores=ceiling)
-    return ActorScaling(scaler, minimum, ceiling), [feeds[0]] * resumed.portions, resumed
+    return ActorScaling(scaler, minimum, ceiling), resumed
 
 
 def attach_catch_up_of(hub: Any, feeds: list, cache: str | None = None) -> None:

@@ -8,6 +8,11 @@ V (the stream's portions) is fixed: `portions`, the resumed state's, else max_wo
 min_workers to the ceiling, min(max_workers, V, Ray's CPUs / CPUs per actor), actors serve it,
 actor i of N the portions v with v % N == i. A change takes effect at the next epoch boundary, so
 the batches depend on the seed, the epoch and V only.
+
+Where the errors come from: check_auto (the counts and the URL) before Ray starts, as every other
+check of the options and the resume state, for a fixed number of actors too (tensorcom.ray's
+start_feeds); actor_ceiling (min_workers actors do not fit) once Ray runs, before any actor or hub:
+the only check that needs Ray's CPUs.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any, Callable
 
 from tensorcom.checks import positive
 from tensorcom.rates import Throttle
+
+UNDECIDED = 0  # V of a fresh stream without portions or max_workers until Ray's CPUs decide it (auto_actors)
 
 
 def check_auto(minimum: int | None, maximum: int | None, sharing: bool,
