@@ -160,6 +160,22 @@ def test_a_killed_driver_takes_its_actors_along(ray_instance, free_port, popen):
     assert wait_gone(pids) == []
 
 
+def test_an_actor_pushes_to_a_trainer_that_binds_and_serve_names_its_url(ray_instance, free_port, capsys):
+    """A connecting URL: the actor pushes to a trainer that binds (zpull), which gets the epoch whole;
+    serve() prints that URL as where consumers connect."""
+    from tensorcom import Connection
+    from tensorcom.adapters import ray as tray
+
+    port, ids = free_port(), []
+    with Connection(f"zpull://127.0.0.1:{port}", timeout=60) as conn:
+        consumer = threading.Thread(target=lambda: ids.extend(int(i) for batch in conn for i in batch["id"]))
+        consumer.start()
+        result = tray.serve(f"{os.path.abspath(__file__)}:make_shuffled", f"zpush://127.0.0.1:{port}", workers=1)
+        consumer.join(timeout=30)
+    assert sorted(ids) == list(range(48)) and result["batches"] == 12
+    assert f"consumers join zpush://127.0.0.1:{port}; 1 Ray actor(s)" in capsys.readouterr().err
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own
 def test_a_ray_dataset_reaches_a_plain_consumer(ray_instance, free_port):
     from tensorcom.adapters import ray as tray

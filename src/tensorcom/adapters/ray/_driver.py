@@ -123,9 +123,9 @@ class Serving:
     @property
     def urls(self) -> list[str]:
         """zjoin:// URLs of the hub (a wildcard host replaced by the driver's node address), or the
-        URLs the actors push to."""
+        URLs every actor pushes to."""
         if self.hub is None:
-            return list(self.plan.job.urls)
+            return list(self.plan.job.urls[0])
         return [join_url(address, self.host) for address in self.hub.addresses]
 
     def wait(self, timeout: float | None = None) -> dict:
