@@ -207,7 +207,7 @@ def start_feeds(feeds: list, url: Any, *, epochs: int | None = 1, first_epoch: i
         actors = len(feeds) if auto is None else auto.target
         job = ServeJob([urls] * actors, resumed, options, cwd=os.getcwd(), settle=hub is not None, cache=cache)
         restarts = max_restarts if hub is not None else 0
-        plan = Plan(hub, job, resumed, None if epochs is None else first_epoch + epochs - resumed.epoch,
+        plan = Plan(hub, job, None if epochs is None else first_epoch + epochs - resumed.epoch,
                     [actor_options(i, resources, placement_group, restarts) for i in range(len(feeds))],
                     report, on_report, own_ray, auto, metrics)
         serving = Serving(ray, feeds, plan)

@@ -63,15 +63,14 @@ class Member:
 
 @dataclass(frozen=True)
 class Plan:
-    """What the driver runs: the `hub` (None: actors push to job.urls), the actors' `job`, the
-    `resume` plan (stream, first epoch, batches the consumer had), `epochs` to serve (None: forever),
-    per-actor Ray `actor_options`, `report` seconds / `on_report`, whether start() started Ray, with
-    workers="auto" the `scaling` that decides the actors of each epoch, and the `metrics` endpoint's
-    "HOST:PORT" (None: none; _figures)."""
+    """What the driver runs: the `hub` (None: actors push to job.urls), the actors' `job` (with the
+    stream's plan, `resume`: stream, first epoch, batches the consumer had), `epochs` to serve (None:
+    forever), per-actor Ray `actor_options`, `report` seconds / `on_report`, whether start() started
+    Ray, with workers="auto" the `scaling` that decides the actors of each epoch, and the `metrics`
+    endpoint's "HOST:PORT" (None: none; _figures)."""
 
     hub: Any
     job: ServeJob
-    resume: Any
     epochs: int | None
     actor_options: list[dict]
     report: float | None
@@ -79,6 +78,10 @@ class Plan:
     own_ray: bool
     scaling: Any = None  # workers="auto": the ActorScaling (tensorcom.adapters.ray._scaling)
     metrics: str | None = None
+
+    @property
+    def resume(self) -> ResumePlan:
+        return self.job.plan
 
 
 class Serving:
