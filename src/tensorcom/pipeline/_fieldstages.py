@@ -15,12 +15,14 @@ parsed and looked up by tensorcom.fieldspec, with its one missing-field rule (Sa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorcom.errors import SampleError
 from tensorcom.fieldspec import field_names, find_field, missing_field, one_field, pick_field
-from tensorcom.shards.fields import Decoder
 from tensorcom.shards.handlers import Handler, SkipCounts, handle
+
+if TYPE_CHECKING:  # a SampleDecoder unpickled in a worker brings its Decoder's module with it
+    from tensorcom.shards.fields import Decoder
 
 
 class SampleDecoder:

@@ -22,11 +22,10 @@ import pickle
 import queue
 import threading
 from array import array
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
-from tensorcom.tenbin import fill
+if TYPE_CHECKING:  # numpy and tenbin serve the reading side (the parent's): a worker only writes
+    import numpy as np
 
 PIPE_SIZE = 1 << 20
 IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
@@ -80,11 +79,15 @@ def _read_exact(stream: io.FileIO, size: int) -> bytearray:
 def _read_buffer(stream: io.FileIO, size: int) -> np.ndarray:
     """Exactly `size` bytes from the pipe into a new uint8 array (not zero-filled first); EOFError when
     the pipe closes first."""
+    import numpy as np
+
     return _filled(stream, np.empty(size, np.uint8))
 
 
 def _filled(stream: io.FileIO, buffer: Any) -> Any:
     """`buffer` (bytearray or 1-d uint8 array) filled from the pipe; EOFError when it closes first."""
+    from tensorcom.tenbin import fill
+
     if fill(stream, buffer) < len(buffer):
         raise EOFError("the worker's pipe closed in the middle of a message")
     return buffer

@@ -16,15 +16,37 @@ in tensorcom.shards._tarstream.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import importlib
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tensorcom.checks import near_misses, renamed_option
 from tensorcom.fieldspec import find_field, parse_fields, pick_field, pick_fields
-from tensorcom.shards._reading import OPEN_OPTIONS, ShardReader
-from tensorcom.shards.fields import decode_image, decode_sample, encode_sample
-from tensorcom.shards.handlers import Handler, SkipCounts, ignore_and_continue, reraise_exception, warn_and_continue
-from tensorcom.shards.shardlist import epoch_shards, expand_urls, node_and_world, worker_and_count
-from tensorcom.shards.writers import ShardWriter, TarWriter
+
+if TYPE_CHECKING:
+    from tensorcom.shards._reading import ShardReader
+    from tensorcom.shards.handlers import Handler, SkipCounts
+
+# name -> the submodule that defines it, imported on first use (PEP 562), so that importing one
+# submodule (tensorcom.shards.fields in a worker process, say) does not import the readers and
+# writers, and with them http.client, urllib.request and tarfile
+_EXPORTS: dict[str, str] = {
+    "Handler": "tensorcom.shards.handlers",
+    "OPEN_OPTIONS": "tensorcom.shards._reading",
+    "ShardReader": "tensorcom.shards._reading",
+    "ShardWriter": "tensorcom.shards.writers",
+    "SkipCounts": "tensorcom.shards.handlers",
+    "TarWriter": "tensorcom.shards.writers",
+    "decode_image": "tensorcom.shards.fields",
+    "decode_sample": "tensorcom.shards.fields",
+    "encode_sample": "tensorcom.shards.fields",
+    "epoch_shards": "tensorcom.shards.shardlist",
+    "expand_urls": "tensorcom.shards.shardlist",
+    "ignore_and_continue": "tensorcom.shards.handlers",
+    "node_and_world": "tensorcom.shards.shardlist",
+    "reraise_exception": "tensorcom.shards.handlers",
+    "warn_and_continue": "tensorcom.shards.handlers",
+    "worker_and_count": "tensorcom.shards.shardlist",
+}
 
 __all__ = [
     "ShardReader", "ShardWriter", "SkipCounts", "TarWriter", "decode_image", "decode_sample",
@@ -33,7 +55,22 @@ __all__ = [
 ]
 
 _SAMPLES_OPTIONS = ("handler", "shuffle", "seed", "epoch", "rank", "world_size", "worker", "num_workers",
-                    "counts", "resampled", *OPEN_OPTIONS)
+                    "counts", "resampled")  # and the reader's OPEN_OPTIONS
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule behind a public name on first use and cache the name here."""
+    try:
+        module_name = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'tensorcom.shards' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
 
 
 def samples(urls: str | Sequence[str], *, handler: Handler | None = None, shuffle: bool | None = None,
@@ -52,8 +89,11 @@ def samples(urls: str | Sequence[str], *, handler: Handler | None = None, shuffl
     misspelled option (TypeError, "did you mean") and an empty split (ValueError naming rank, world
     size and shard count).
     """
+    from tensorcom.shards._reading import OPEN_OPTIONS, ShardReader
+    from tensorcom.shards.shardlist import epoch_shards, expand_urls, node_and_world, worker_and_count
+
     shuffle = renamed_option(shuffle, shuffle_shards, "shuffle", "shuffle_shards", "samples()")
-    near_misses("samples()", open_options, _SAMPLES_OPTIONS)
+    near_misses("samples()", open_options, (*_SAMPLES_OPTIONS, *OPEN_OPTIONS))
     rank, world_size = node_and_world(rank, world_size)
     worker, num_workers = worker_and_count(worker, num_workers)
     shard_list = epoch_shards(expand_urls(urls), shuffle=bool(shuffle), seed=seed, epoch=epoch, rank=rank,

@@ -11,19 +11,19 @@ Every failure to open or read is an `OpenError` naming the URL (and the command 
 
 from __future__ import annotations
 
-import http.client
 import io
 import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 from tensorcom import settings
 from tensorcom.errors import OpenError
+
+if TYPE_CHECKING:  # http.client and urllib.request (email, ssl) are imported by the first HTTP stream
+    import http.client
 
 DEFAULT_BUFSIZE = 1 << 20
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -170,6 +170,8 @@ class HTTPStream(io.RawIOBase):
         return True
 
     def _connect(self) -> http.client.HTTPResponse:
+        import urllib.request
+
         headers = dict(self.headers)
         if self.offset:
             headers["Range"] = f"bytes={self.offset}-"
@@ -180,6 +182,9 @@ class HTTPStream(io.RawIOBase):
         return response
 
     def _with_retries(self, action: Callable[[], Any]) -> Any:
+        import http.client
+        import urllib.error
+
         for attempt in range(self.retries + 1):
             try:
                 return action()
@@ -194,6 +199,8 @@ class HTTPStream(io.RawIOBase):
         raise AssertionError("unreachable")
 
     def readinto(self, buffer: Any) -> int:
+        import http.client
+
         for attempt in range(self.retries + 1):
             try:
                 count = self.response.readinto(buffer)

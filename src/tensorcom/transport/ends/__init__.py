@@ -14,12 +14,38 @@ Receiving ends' `next_batch()` returns a batch or `EPOCH_END`; every end has `cl
 `endpoints`, `socket`.
 """
 
-from tensorcom.transport.ends.attached import url_of
-from tensorcom.transport.ends.curve import SocketSecurity
-from tensorcom.transport.ends.intake import EPOCH_END, Intake
-from tensorcom.transport.ends.plain_receiver import PlainReceiver
-from tensorcom.transport.ends.plain_sender import PlainSender
-from tensorcom.transport.ends.sharing import JoinerEnd, SharingServerEnd
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> the module that defines it, imported on first use (PEP 562): a process that only sends
+# (a serving worker) imports neither the receiving end nor the sharing protocol
+_EXPORTS: dict[str, str] = {
+    "EPOCH_END": "tensorcom.transport.ends.intake",
+    "Intake": "tensorcom.transport.ends.intake",
+    "JoinerEnd": "tensorcom.transport.ends.sharing",
+    "PlainReceiver": "tensorcom.transport.ends.plain_receiver",
+    "PlainSender": "tensorcom.transport.ends.plain_sender",
+    "SharingServerEnd": "tensorcom.transport.ends.sharing",
+    "SocketSecurity": "tensorcom.transport.ends.curve",
+    "url_of": "tensorcom.transport.ends.attached",
+}
 
 __all__ = ["EPOCH_END", "Intake", "JoinerEnd", "PlainReceiver", "PlainSender", "SharingServerEnd",
            "SocketSecurity", "url_of"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a public name on first use and cache the name here."""
+    try:
+        module_name = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'tensorcom.transport.ends' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -25,12 +25,11 @@ from tensorcom.transport.ends.curve import SocketSecurity
 from tensorcom.transport.ends.intake import EPOCH_END, Intake
 from tensorcom.transport.ends.plain_sender import PlainSender
 from tensorcom.transport.options import Encoding, SharingOptions, SocketOptions
-from tensorcom.transport.sharing import control
-from tensorcom.transport.sharing.catch_up import latest
-from tensorcom.transport.sharing.hub import sharing_mode
-from tensorcom.transport.sharing.joiner import PASS_END, Joiner
-from tensorcom.transport.sharing.server import ShareServer, check_delivered
 from tensorcom.transport.stats import Statistics
+
+if TYPE_CHECKING:  # the sharing protocol (asyncio and zmq.asyncio with it) is imported when an end opens
+    from tensorcom.transport.sharing.joiner import Joiner
+    from tensorcom.transport.sharing.server import ShareServer
 
 
 class SharingServerEnd:
@@ -48,6 +47,9 @@ class SharingServerEnd:
              sharing: SharingOptions, security: SocketSecurity, stats: Statistics,
              name: str) -> "SharingServerEnd":
         """Start a server bound to `endpoints` (zshare or zsplit) and connect a PUSH socket to it."""
+        from tensorcom.transport.sharing.hub import sharing_mode
+        from tensorcom.transport.sharing.server import ShareServer
+
         address = f"inproc://tensorcom-share-{secrets.token_hex(8)}"
         server = ShareServer(endpoints, sharing_mode(endpoints), address, context=context,
                              liveness=socket_options.liveness, secure=security.for_role(True), **sharing.server())
@@ -91,6 +93,9 @@ class SharingServerEnd:
         """End the stream and wait (at most `linger` s; None: until done) for every consumer to have
         everything; the server's result (also kept in `delivery`); Undelivered, naming the consumers,
         when something was not delivered."""
+        from tensorcom.transport.sharing import control
+        from tensorcom.transport.sharing.server import check_delivered
+
         sock = self.sender.socket
         try:
             if sock is not None:  # the server gives an open epoch its end
@@ -131,6 +136,8 @@ class JoinerEnd:
              socket_options: SocketOptions, sharing: SharingOptions, security: SocketSecurity,
              name: str) -> "JoinerEnd":
         """Join the servers at `endpoints` (zjoin)."""
+        from tensorcom.transport.sharing.joiner import Joiner
+
         joiner = Joiner(endpoints, context=context, name=name, liveness=socket_options.liveness,
                         timeout=socket_options.timeout, max_message_size=encoding.max_message_size,
                         secure=security.for_role(False), waits=intake.stats.waits, **sharing.consumer())
@@ -144,6 +151,9 @@ class JoinerEnd:
         """The next batch, accepted and converted, or EPOCH_END when the pass ended. A consumer whose
         record was loaded before (a restarted job: Connection.load_state_dict) first starts over
         with its servers, carrying the record, so that it gets what the record lacks."""
+        from tensorcom.transport.sharing.catch_up import latest
+        from tensorcom.transport.sharing.joiner import PASS_END
+
         if not self.started and self.intake.consumed.streams:
             self.joiner.restart(latest(self.intake.consumed.state_dict()))
         self.started = True
