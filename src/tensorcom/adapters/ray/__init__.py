@@ -93,7 +93,7 @@ def start(pipeline: Any, url: Any, *, workers: int | str = 2, min_workers: int |
             raise ValueError(f"min_workers, max_workers and scaler go with workers='auto', not workers={workers!r}")
         count, scaling = _positive("workers", workers), None
     else:
-        minimum, maximum = check_auto(min_workers, max_workers, is_sharing(url), options.get("portions"))
+        minimum, maximum = check_auto(min_workers, max_workers, url, options.get("portions"))
         count, scaling = 1, (minimum, maximum, scaler)
     require_ray()
     check_spec(pipeline)

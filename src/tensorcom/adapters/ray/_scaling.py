@@ -21,16 +21,17 @@ import time
 from typing import Any, Callable
 
 from tensorcom.checks import positive
+from tensorcom.pipeline.shared_serving import is_sharing
 from tensorcom.rates import Throttle
 
 UNDECIDED = 0  # V of a fresh stream without portions or max_workers until Ray's CPUs decide it (auto_actors)
 
 
-def check_auto(minimum: int | None, maximum: int | None, sharing: bool,
+def check_auto(minimum: int | None, maximum: int | None, url: Any,
                portions: int | None) -> tuple[int, int | None]:
     """(min_workers, max_workers) of workers="auto": default 1 and `portions` (None when not given
     either: then Ray's CPUs / CPUs per actor, known once Ray runs); ValueError for a count below 1,
-    a minimum above the maximum or above `portions`, or URLs other than a sharing server's (its
+    a minimum above the maximum or above `portions`, or a `url` other than a sharing server's (its
     consumers' data wait is what the actors scale on)."""
     minimum = positive("min_workers", 1 if minimum is None else minimum)
     maximum = positive("max_workers", maximum) if maximum is not None else portions
@@ -38,9 +39,9 @@ def check_auto(minimum: int | None, maximum: int | None, sharing: bool,
         raise ValueError(f"workers='auto': min_workers={minimum} is above max_workers={maximum}")
     if portions is not None and minimum > portions:
         raise ValueError(f"workers='auto': min_workers={minimum} is more than the stream's {portions} portions")
-    if not sharing:
-        raise ValueError("tensorcom.ray workers='auto' needs a sharing URL (zshare://, zsplit://): the driver's "
-                         "hub measures the consumers' data wait, which the actors scale on")
+    if not is_sharing(url):
+        raise ValueError(f"tensorcom.ray workers='auto' needs a sharing URL (zshare://, zsplit://), not {url!r}: "
+                         "the driver's hub measures the consumers' data wait, which the actors scale on")
     return minimum, maximum
 
 
