@@ -115,7 +115,7 @@ class Stored:
 
 
 class ServerActor:
-    """One Ray actor: `portions` of job.portions (default those v with v % N == `index`,
+    """One Ray actor: its portions of job.portions (at first those v with v % N == `index`,
     job.portions_of), each a lane (portion_sending.Lane) with its own Connection. Its methods run one
     at a time, in the order the driver calls them. hello() -> (incarnation, {portion: sender id}, pid,
     node, last epoch served) builds the portions and their Connections on the first call, their
@@ -134,9 +134,9 @@ class ServerActor:
     ended this one), and opens the next run's Connections: new senders, which take the portions over
     from the last ones (the hub retires them)."""
 
-    def __init__(self, feed: Stored, index: int, job: ServeJob, portions: list[int] | None = None):
+    def __init__(self, feed: Stored, index: int, job: ServeJob):
         self.feed, self.index, self.job = feed, index, job
-        self.portions = list(job.portions_of(index) if portions is None else portions)
+        self.portions = job.portions_of(index)
         self.incarnation = f"{os.getpid()}:{secrets.token_hex(4)}"
         self.lanes: list[Lane] = []
         self.served: int | None = None

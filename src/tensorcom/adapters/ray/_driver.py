@@ -48,7 +48,7 @@ POLL = 0.25  # seconds between the driver's looks at its actors and the hub
 @dataclass
 class Member:
     """The driver's record of actor `index`: its handle, the incarnation it last heard from, and its
-    pending calls."""
+    pending calls. It serves Serving.job.portions_of(index) (v % N == index)."""
 
     index: int
     actor: Any
@@ -56,7 +56,6 @@ class Member:
     senders: dict = field(default_factory=dict)  # {portion: sender id of its Connection} (new each run, with a hub)
     pid: int = 0
     node: str = ""
-    portions: list = field(default_factory=list)  # the portions it serves (v % N == index)
     run: Any = None  # the pending run()
     probe: Any = None  # a pending hello() while the driver waits for the hub
 
@@ -175,9 +174,8 @@ class Serving:
         build them (hello)."""
         remote, fresh = self.ray.remote(ServerActor), []
         for i in range(len(self.members), count):
-            options, portions = self.plan.actor_options[i], self.job.portions_of(i)
-            actor = remote.options(**options).remote(Stored(self.feed_refs[i]), i, self.job, portions)
-            fresh.append(Member(i, actor, portions=portions))
+            actor = remote.options(**self.plan.actor_options[i]).remote(Stored(self.feed_refs[i]), i, self.job)
+            fresh.append(Member(i, actor))
         self.members += fresh
         for m in fresh:
             m.incarnation, m.senders, m.pid, m.node, _ = self._get(m, m.actor.hello.remote())
@@ -195,8 +193,6 @@ class Serving:
         for m in self.members[count:]:
             self.ray.kill(m.actor, no_restart=True)
         self.members = self.members[:count]
-        for m in self.members:
-            m.portions = self.job.portions_of(m.index)
         self._add_members(count)
         if self.plan.report is not None:
             print(f"tensorcom.ray: {count} actors from epoch {epoch} (auto)", file=sys.stderr, flush=True)
@@ -233,7 +229,7 @@ class Serving:
         once the hub's input has ended the epoch."""
         self.runs = Roster("serving actor", len(self.members))
         for m in self.members:
-            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, self.plan.resume, m.portions)
+            m.probe, m.run = None, m.actor.run.remote(epoch, epoch, self.plan.resume, self.job.portions_of(m.index))
         while not self.runs.finished or not self._hub_ended(epoch):
             if self.stop.is_set():
                 raise _Stopped()
@@ -281,18 +277,18 @@ class Serving:
             raise WorkerDied(f"serving actor {m.index} (pid {m.pid} on {m.node}) died; serving its portion again "
                              "without loss or repeats needs a zshare:// or zsplit:// URL and a pipeline")
         incarnation, senders, pid, node, served = self._hello_again(m)
+        job, portions = self.job, self.job.portions_of(m.index)
         if incarnation == m.incarnation:  # a call was lost, not the actor
             m.senders = senders
             if served is None or served < epoch:
                 self.runs.revive(m.index)
-                m.run = m.actor.run.remote(epoch, epoch, self.plan.resume, m.portions)
+                m.run = m.actor.run.remote(epoch, epoch, self.plan.resume, portions)
             else:  # the lost call's run was done
                 self.runs.message(m.index, ("end", m.index, None))
             return
-        job = self.plan.job
         handovers = {portion: self.hub.server.handover(
             job.stream, portion, job.portions, first_epoch=self.plan.resume.epoch,
-            retire=[m.senders.get(portion)] if m.senders.get(portion) else []) for portion in m.portions}
+            retire=[m.senders.get(portion)] if m.senders.get(portion) else []) for portion in portions}
         again = served_again(epoch, handovers, self.plan.resume)
         m.incarnation, m.senders, m.pid, m.node = incarnation, senders, pid, node
         self.figures.restarts += 1
@@ -303,10 +299,10 @@ class Serving:
             self.runs.message(m.index, ("end", m.index, None))
             return
         print(f"tensorcom.ray: serving actor {m.index} died; restarted as pid {pid} on {node}, it serves epochs "
-              f"{again.epoch}..{epoch} of portions {m.portions} again, passing over "
-              f"{sum(len(again.taken(e, v)) for e in range(again.epoch, epoch + 1) for v in m.portions)} batches",
+              f"{again.epoch}..{epoch} of portions {portions} again, passing over "
+              f"{sum(len(again.taken(e, v)) for e in range(again.epoch, epoch + 1) for v in portions)} batches",
               file=sys.stderr, flush=True)
-        m.run = m.actor.run.remote(again.epoch, epoch, again, m.portions)
+        m.run = m.actor.run.remote(again.epoch, epoch, again, portions)
 
     def _hello_again(self, m: Member) -> tuple:
         """hello() of member m's actor, waiting (up to RESTART_WAIT s) while Ray restarts it."""
