@@ -1,18 +1,20 @@
-"""Named semaphores of multiprocessing primitives leave /dev/shm once every worker holds them
-(tensorcom.pipeline._semaphores), so a SIGKILL of a whole process group leaves none behind."""
+"""The workers' multiprocessing primitives leave no semaphore name in /dev/shm, whatever happens to the
+processes (tensorcom.pipeline._semaphores): unnamed semaphores, and where names exist, their removal
+once every worker holds them."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import textwrap
 
 import pytest
 
-from tensorcom import Connection
-from tensorcom.pipeline._semaphores import Handover, semlocks
+from tensorcom.pipeline._semaphores import Handover, UnnamedContext, context, semlocks
 
 pytestmark = [pytest.mark.procs]
 
@@ -25,9 +27,13 @@ def shm_path(lock) -> str:
     return os.path.join(SHM, "sem." + lock._semlock.name.lstrip("/"))
 
 
-def meet(queue, event, barrier) -> None:
-    """A worker: pass the barrier, say hello on the queue, wait for the event (10 s at most)."""
+def meet(queue, event, barrier, value=None) -> None:
+    """A worker: pass the barrier, add 1 to `value` under its lock, say hello on the queue, wait for
+    the event (10 s at most)."""
     barrier.wait(timeout=10)
+    if value is not None:
+        with value.get_lock():
+            value.value += 1
     queue.put(os.getpid())
     if not event.wait(timeout=10):
         raise SystemExit(3)
@@ -72,45 +78,127 @@ def test_a_child_that_dies_before_announcing_does_not_hold_release_up():
     assert proc.exitcode == 0
 
 
-SERVER = textwrap.dedent("""
-    import sys
-    from multiprocessing import synchronize
-    from tensorcom.pipeline import Pipeline, _semaphores
+def test_unnamed_primitives_work_across_processes_and_make_nothing_in_dev_shm():
+    ctx = context()
+    before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
+    queue, event, barrier, value = ctx.Queue(), ctx.Event(), ctx.Barrier(2), ctx.Value("q", 0)
+    locks = semlocks([queue, event, barrier, value])
+    if not isinstance(ctx, UnnamedContext):
+        pytest.skip("no memfd_create or sem_init here: the primitives are multiprocessing's named ones")
+    assert len(locks) >= 3 + 5 + 4 + 1 and {lock._semlock.name for lock in locks} == {None}
+    with pytest.raises(RuntimeError):  # as multiprocessing's: given to a process only while it is spawned
+        pickle.dumps(queue)
+    procs = [ctx.Process(target=meet, args=(queue, event, barrier, value), daemon=True) for _ in range(2)]
+    try:
+        for proc in procs:
+            proc.start()
+        assert sorted(queue.get(timeout=20) for _ in procs) == sorted(p.pid for p in procs)  # barrier and queue
+        assert value.value == 2  # the value's lock
+        event.set()
+        for proc in procs:
+            proc.join(timeout=20)
+        assert [proc.exitcode for proc in procs] == [0, 0]  # each saw the event
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+    assert (set(os.listdir(SHM)) if os.path.isdir(SHM) else set()) == before
 
-    made = synchronize.SemLock._make_name
-    def recorded():
-        name = made()
-        print("sem", name, flush=True)
-        return name
-    synchronize.SemLock._make_name = staticmethod(recorded)
-    release = _semaphores.Handover.release
-    def announced(self, *args, **kwargs):
-        print("released", release(self, *args, **kwargs), flush=True)
-    _semaphores.Handover.release = announced
 
-    import tensorcom
-    tensorcom.serve(Pipeline([(i,) for i in range(10**5)]).batch(4), sys.argv[1], workers=2, epochs=None, report=None)
+WATCH = textwrap.dedent("""
+    import json, os, signal, subprocess, sys
+    sys.path.insert(0, sys.argv[1])
+    from conftest import private_shm
+
+    def first_worker(pid):
+        \"\"\"A spawned worker (multiprocessing's spawn_main) among the children of `pid`, else None.\"\"\"
+        try:
+            children = [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                        for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except OSError:
+            return None
+        for child in children:
+            try:
+                if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read():
+                    return child
+            except OSError:
+                pass
+        return None
+
+    why = private_shm()  # this process and all it starts: a /dev/shm of their own, empty
+    if why is not None:
+        print(json.dumps({"skip": why}))
+        sys.exit(0)
+    import ctypes
+    ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: the run's orphans are this process's
+    signal.alarm(90)
+    run = subprocess.Popen([sys.executable, "-c", sys.argv[3]], start_new_session=True)
+    try:
+        while first_worker(run.pid) is None and run.poll() is None:
+            signal.sigtimedwait([signal.SIGCHLD], 0.005)  # poll /proc until the first worker exists
+        at_first = sorted(os.listdir("/dev/shm"))
+        if sys.argv[2] == "kill":
+            os.killpg(run.pid, signal.SIGKILL)
+        status = run.wait(timeout=60)
+        while True:  # every process of the run has gone: nothing more can be made in /dev/shm
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    print(json.dumps({"status": status, "at_first_worker": at_first, "left": sorted(os.listdir("/dev/shm"))}))
 """)
 
 
-@needs_shm
+def watched(popen, how: str, code: str) -> tuple[dict, str]:
+    """Run `python -c code` in a /dev/shm of its own (a mount namespace with an empty tmpfs) and
+    watch it: /dev/shm when its first spawned worker exists, then (how="kill") SIGKILL its whole
+    process group at once, or (how="wait") let it end; /dev/shm once every process of it has gone.
+    Returns (the watcher's report, what the run printed); skips where no namespace can be made."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    watcher = popen.python("-c", WATCH, tests, how, code, stdout=subprocess.PIPE, text=True)
+    out, _ = watcher.communicate(timeout=120)
+    report = json.loads(out.strip().splitlines()[-1])
+    if "skip" in report:
+        pytest.skip(f"no /dev/shm of its own: {report['skip']}")
+    return report, out
+
+
+SERVE = textwrap.dedent("""
+    import sys, tensorcom
+    from tensorcom.pipeline import Pipeline
+    tensorcom.serve(Pipeline(range(10**5)).batch(4), sys.argv[1], workers=2, epochs=None, report=None)
+""")
+
+
 @pytest.mark.net
-def test_serve_killed_with_its_process_group_leaves_no_semaphore(popen, free_port):
-    """serve() in a subprocess; once its workers hold the supervisor's stop event and barrier (their
-    results come on pipes, which have no names), their names are gone; it serves on; SIGKILL of the whole group (resource tracker too) leaves nothing."""
-    url = f"127.0.0.1:{free_port()}"
-    with Connection(f"zpull://{url}", timeout=60) as receiver:
-        server = popen.python("-c", SERVER, f"zpush://{url}", stdout=subprocess.PIPE, text=True)
-        names, line = [], server.stdout.readline()
-        while line.startswith("sem "):
-            names.append(line.split()[1])
-            line = server.stdout.readline()
-        assert line.strip() == "released True", line
-        paths = [os.path.join(SHM, "sem." + name.lstrip("/")) for name in names]
-        assert len(paths) >= 9 and [p for p in paths if os.path.exists(p)] == []
-        assert len([receiver.recv() for _ in range(20)]) == 20  # the workers go on without the names
-        os.killpg(server.pid, signal.SIGKILL)
-        assert server.wait(timeout=20) == -signal.SIGKILL
-    assert [p for p in paths if os.path.exists(p)] == []
+def test_serve_killed_with_its_process_group_while_starting_leaves_no_name(popen, free_port):
+    """serve() SIGKILLed with its whole process group (resource tracker included) as soon as its first
+    worker exists, before any worker has opened the supervisor's stop event and barrier: no name was
+    ever made, none is left."""
+    report, _ = watched(popen, "kill", SERVE.replace("sys.argv[1]", repr(f"zpush://127.0.0.1:{free_port()}")))
+    assert report["status"] == -signal.SIGKILL
+    assert report["at_first_worker"] == [] and report["left"] == []
 
 
+DROP = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {here!r})
+    from map_functions import square
+    from tensorcom.pipeline import Pipeline
+    batches = iter(Pipeline(range(100)).map(square, workers=2, processes=True).batch(4))
+    print("taken", [next(batches).tolist() for _ in range(3)], flush=True)
+    del batches  # dropped without close(); the interpreter exits
+""")
+
+
+def test_a_pipeline_with_process_workers_dropped_without_close_leaves_no_name(popen):
+    report, out = watched(popen, "wait", DROP.format(here=os.path.dirname(os.path.abspath(__file__))))
+    assert "taken [[0, 1, 4, 9], [16, 25, 36, 49], [64, 81, 100, 121]]" in out
+    assert report["status"] == 0
+    assert report["at_first_worker"] == [] and report["left"] == []

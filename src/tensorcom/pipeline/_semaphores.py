@@ -1,36 +1,175 @@
-"""The names of the POSIX semaphores behind multiprocessing's primitives, taken out of /dev/shm as soon
-as every worker process holds them.
+"""Multiprocessing primitives for spawned worker processes whose semaphores leave no name in /dev/shm,
+whatever happens to the processes.
+
+    ctx = context()                       the spawn context; its Lock, RLock, Semaphore and BoundedSemaphore,
+    queue, event = ctx.Queue(), ctx.Event()   so its Event, Condition, Barrier, Queue and Value too, are unnamed
+    ctx.Process(target=work, args=(queue, event)).start()
+
+Why. With multiprocessing's spawn context every semaphore is a named POSIX semaphore
+(`/dev/shm/sem.mp-*`) that a child opens by name while it unpickles its arguments. The name stays until
+the creating process, or its resource tracker at exit, unlinks it; a SIGKILL of the whole process group
+(tracker included) while the children are still starting leaves the names for good.
+
+How. A POSIX semaphore is a `sem_t` in shared memory; a named one is a file in /dev/shm that each
+process maps. Here the `sem_t`s live in a memfd (`Slab`: an anonymous file, in no directory, SLOT bytes
+per semaphore), initialised with sem_init(pshared=1) and wrapped in multiprocessing's own SemLock type
+(rebuilt from the address, with no name, as a forked child rebuilds one): acquire and release are the
+same calls on the same kind of semaphore, as cheap as before. A child is given the memfd's descriptor
+as spawn passes descriptors (multiprocessing.reduction.DupFd, as multiprocessing's own heap passes its
+arenas) and maps it; the memory goes with the last process that maps it, however that process ends.
+Like multiprocessing's, these primitives can be given to a process only while it is being spawned.
+
+Elsewhere (no memfd_create or sem_init: not Linux) `context()` is multiprocessing's spawn context, and a
+`Handover` takes the names out of /dev/shm once every child holds them:
 
     handover = Handover(ctx, [queue, event, barrier])     in the parent, before starting the workers
     proc = handover.process(target, args, name=..., daemon=True)
     proc.start()                                          for each worker
     handover.release()                                    once all were started
 
-Why. With the spawn context a multiprocessing Lock, Semaphore, Event, Condition, Barrier or Queue is a
-named semaphore (`/dev/shm/sem.mp-*`): a spawned child opens it by that name while it unpickles its
-arguments, and the name stays until the creating process (or its resource tracker, at exit) unlinks
-it. A SIGKILL of the whole process group, resource tracker included, would leave the names behind for
-good. Once every child has opened the semaphores the name is useless, so it is removed then: the
-objects keep working in every process that holds them, and nothing is left in /dev/shm whatever
-happens to any of the processes afterwards.
-
-How the parent knows. `process()` wraps the target: the child first writes one byte on a pipe of its
-own (its arguments, semaphores included, are unpickled before any target runs), then runs
-`target(*args)`. `release()` waits until each started child has written its byte or ended, then runs
-each semaphore's own cleanup (sem_unlink, and the resource tracker forgets it) at once. What is left:
-between the primitives' creation and `release()` (while the children boot), the names exist; a SIGKILL
-of the process group then still leaves them. After `release()` no new process can be given these
-primitives (it could not open them).
+`process()` wraps the target: the child first writes one byte on a pipe of its own (its arguments,
+semaphores included, are unpickled before any target runs), then runs `target(*args)`. `release()`
+waits until each started child has written its byte or ended, then runs each semaphore's own cleanup
+(sem_unlink, and the resource tracker forgets it) at once. Between the primitives' creation and
+`release()` the names exist, and a SIGKILL of the process group then leaves them; after `release()` no
+new process can be given these primitives (it could not open them). With unnamed primitives (no name
+to remove) a Handover makes plain processes and `release()` returns at once.
 """
 
 from __future__ import annotations
 
+import _multiprocessing
+import ctypes
+import functools
+import mmap
+import multiprocessing
+import os
+import threading
 import time
+import weakref
 from multiprocessing import connection as mpc
-from multiprocessing import synchronize, util
+from multiprocessing import context as mpcontext
+from multiprocessing import reduction, synchronize, util
 from typing import Any, Callable
 
 RELEASE_WAIT = 120.0  # seconds release() waits for children still booting before it gives up (names stay)
+SLOT = 64  # bytes per semaphore: a sem_t (32 bytes on 64-bit Linux) on a cache line of its own
+SLAB = 4096  # bytes per memfd: SLAB // SLOT semaphores
+
+
+class Slab:
+    """SLAB bytes of shared memory in a memfd (`fd`, made here when None), mapped in this process at
+    `base` and handed out SLOT bytes at a time by the process that made it. Pickled while a child is
+    spawned, it travels as its descriptor, and the child maps the same memory."""
+
+    def __init__(self, fd: int | None = None):
+        if fd is None:
+            fd = os.memfd_create("tensorcom-semaphores", os.MFD_CLOEXEC)
+            os.ftruncate(fd, SLAB)
+        self.fd, self.owner, self.used = fd, os.getpid(), 0
+        self.map = mmap.mmap(fd, SLAB)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        weakref.finalize(self, os.close, fd)
+
+    def __reduce__(self) -> tuple:
+        return _mapped, (reduction.DupFd(self.fd),)
+
+
+def _mapped(fd: Any) -> Slab:
+    """A child's Slab: the memory of the parent's, from the descriptor spawn passed."""
+    return Slab(fd.detach())
+
+
+_slabs: list[Slab] = []  # the slab this process hands semaphores out of now
+_slabs_lock = threading.Lock()
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _new_semaphore(value: int) -> tuple[Slab, int]:
+    """(slab, offset) of a fresh process-shared sem_t holding `value`. A slab inherited through a
+    fork is never handed out from (the parent hands out the same offsets)."""
+    with _slabs_lock:
+        if not _slabs or _slabs[0].owner != os.getpid() or _slabs[0].used + SLOT > SLAB:
+            _slabs[:] = [Slab()]
+        slab = _slabs[0]
+        offset, slab.used = slab.used, slab.used + SLOT
+    if _libc.sem_init(ctypes.c_void_p(slab.base + offset), 1, ctypes.c_uint(value)) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"sem_init: {os.strerror(error)}")
+    return slab, offset
+
+
+class _Unnamed:
+    """What the unnamed Lock, RLock, Semaphore and BoundedSemaphore add to multiprocessing's: the
+    semaphore is at `offset` in `slab`, and that is what a spawned child is given."""
+
+    _slab: Slab
+    _offset: int
+    _semlock: Any
+    _make_methods: Callable[[], None]
+
+    def _make(self, kind: int, value: int, maxvalue: int) -> None:
+        self._wrap(*_new_semaphore(value), kind, maxvalue)
+
+    def _wrap(self, slab: Slab, offset: int, kind: int, maxvalue: int) -> None:
+        self._slab, self._offset, self._is_fork_ctx = slab, offset, False
+        self._semlock = _multiprocessing.SemLock._rebuild(slab.base + offset, kind, maxvalue, None)
+        self._make_methods()
+
+    def __getstate__(self) -> tuple:
+        mpcontext.assert_spawning(self)
+        return self._slab, self._offset, self._semlock.kind, self._semlock.maxvalue
+
+    def __setstate__(self, state: tuple) -> None:
+        self._wrap(*state)
+
+
+class Lock(_Unnamed, synchronize.Lock):
+    def __init__(self) -> None:
+        self._make(synchronize.SEMAPHORE, 1, 1)
+
+
+class RLock(_Unnamed, synchronize.RLock):
+    def __init__(self) -> None:
+        self._make(synchronize.RECURSIVE_MUTEX, 1, 1)
+
+
+class Semaphore(_Unnamed, synchronize.Semaphore):
+    def __init__(self, value: int = 1) -> None:
+        self._make(synchronize.SEMAPHORE, value, synchronize.SEM_VALUE_MAX)
+
+
+class BoundedSemaphore(_Unnamed, synchronize.BoundedSemaphore):
+    def __init__(self, value: int = 1) -> None:
+        self._make(synchronize.SEMAPHORE, value, value)
+
+
+class UnnamedContext(mpcontext.SpawnContext):
+    """multiprocessing's spawn context, whose semaphores (and so every primitive built on them) have
+    no name (module docstring)."""
+
+    def Lock(self) -> Lock:  # noqa: N802 (multiprocessing's names)
+        return Lock()
+
+    def RLock(self) -> RLock:  # noqa: N802
+        return RLock()
+
+    def Semaphore(self, value: int = 1) -> Semaphore:  # noqa: N802
+        return Semaphore(value)
+
+    def BoundedSemaphore(self, value: int = 1) -> BoundedSemaphore:  # noqa: N802
+        return BoundedSemaphore(value)
+
+
+@functools.lru_cache(maxsize=None)
+def context() -> Any:
+    """The context worker processes are spawned with: an UnnamedContext where memfd_create and sem_init
+    work (Linux), else multiprocessing's spawn context (whose names a Handover removes)."""
+    try:
+        Lock().release  # noqa: B018 (one semaphore made and wrapped: the platform has what it takes)
+    except (AttributeError, OSError):
+        return multiprocessing.get_context("spawn")
+    return UnnamedContext()
 
 
 def semlocks(objects: list, depth: int = 3) -> list:
@@ -78,12 +217,14 @@ class Handover:
 
     def __init__(self, ctx: Any, primitives: list):
         self.ctx = ctx
-        self.locks = semlocks(primitives)
+        self.locks = [lock for lock in semlocks(primitives) if lock._semlock.name]  # unnamed: nothing to remove
         self.children: list[tuple[Any, Any, Any]] = []  # (reader, writer, process)
 
     def process(self, target: Callable, args: tuple, **kwargs: Any) -> Any:
         """An unstarted ctx.Process running target(*args) (after announcing itself); kwargs as for
-        ctx.Process (name, daemon)."""
+        ctx.Process (name, daemon); a plain one when there is no name to remove."""
+        if not self.locks:
+            return self.ctx.Process(target=target, args=args, **kwargs)
         reader, writer = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_announce, args=(writer, target, *args), **kwargs)
         self.children.append((reader, writer, proc))

@@ -10,12 +10,14 @@ its actors with the same pure Roster.
     owner.close()                           # always: stops them, waits `grace` s, kills
     Threads("map worker", N, work, inbox, outbox)   the same pool as threads, for the caller's process
 
-Processes. Every child is spawned (never forked: the parent may hold sockets and threads) and runs
-`process_main`: it ignores Ctrl-C and leaves by itself when the parent disappears
-(tensorcom.pipeline._watch), runs the one worker loop (tensorcom.pipeline._loop) on `Entry.work`, and
-answers on a pipe of its own (tensorcom.pipeline._pipes: pickle 5, arrays copied once), through a
-bounded queue and a thread when `Entry.buffer` > 0, so that it computes ahead. A child whose work
-failed reports ("error", tag, Failure) and exits with status 1.
+Processes. Every child is spawned (never forked: the parent may hold sockets and threads), with
+primitives (`ctx`: the stop event, what `shared` names) whose semaphores leave no name in /dev/shm
+(tensorcom.pipeline._semaphores), and runs `process_main`: it ignores Ctrl-C and leaves by itself
+when the parent disappears (tensorcom.pipeline._watch), runs the one worker loop
+(tensorcom.pipeline._loop) on `Entry.work`, and answers on a pipe of its own
+(tensorcom.pipeline._pipes: pickle 5, arrays copied once), through a bounded queue and a thread
+when `Entry.buffer` > 0, so that it computes ahead. A child whose work failed reports ("error", tag,
+Failure) and exits with status 1.
 
 Results, death. `get` reads the next message of child `index` (of any child when None) within
 `timeout`. A child that ended without its last word ("end" or "error"; with ends=False, none is
@@ -30,7 +32,6 @@ pipe gets BrokenPipeError), joins for `grace` seconds, then terminates, then kil
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue
 import sys
@@ -46,7 +47,7 @@ from tensorcom.errors import WorkerDied
 from tensorcom.pipeline import _pipes as procpipe
 from tensorcom.pipeline._failure import Failure, died
 from tensorcom.pipeline._loop import POLL, join_or_kill, one_task, worker_loop
-from tensorcom.pipeline._semaphores import Handover
+from tensorcom.pipeline._semaphores import Handover, context
 from tensorcom.pipeline._watch import enter_worker_process
 
 LAST_WORDS = ("end", "error")
@@ -177,7 +178,7 @@ class Processes(_Owner):
     pipeline with parallel stages); the parent-death watcher ends them all the same."""
 
     def __init__(self, role: str, count: int, *, ends: bool = True, grace: float = 1.0, daemon: bool = True):
-        self.ctx = multiprocessing.get_context("spawn")
+        self.ctx = context()
         self.stop = self.ctx.Event()
         self.role, self.count, self.grace, self.daemon = role, count, grace, daemon
         self.roster = Roster(role, count, grace, ends)
@@ -189,8 +190,9 @@ class Processes(_Owner):
 
     def start(self, entry: Entry, shared: tuple | list = (), name: str = "tensorcom-worker") -> None:
         """Spawn the children, child i named f"{name}-{i}" running process_main(entry, i, ...);
-        `shared`: the multiprocessing primitives `entry` holds, whose names leave /dev/shm once every
-        child has opened them (tensorcom.pipeline._semaphores). A failed start stops those started."""
+        `shared`: the multiprocessing primitives (made with `self.ctx`) that `entry` holds; their
+        semaphores have no name in /dev/shm (tensorcom.pipeline._semaphores; where they have one, it
+        goes once every child has opened it). A failed start stops those started."""
         handover = Handover(self.ctx, [self.stop, *shared])
         try:
             for i in range(self.count):
