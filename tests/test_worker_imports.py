@@ -26,7 +26,7 @@ def test_a_pipeline_worker_loads_no_network_client_nor_the_shard_readers_and_wri
     # importing one shards submodule (the decoder a decode stage pickles) runs a light package __init__
     assert loaded_by("import tensorcom.shards, tensorcom.shards.fields, tensorcom.pipeline.processes, "
                      "tensorcom.pipeline._portions, tensorcom.pipeline._pipeline",
-                     (*NETWORK_CLIENTS, "tensorcom.shards.writers")) == []
+                     (*NETWORK_CLIENTS, "tensorcom.shards._tarstream", "tensorcom.shards.writers")) == []
     resolves_lazily(tensorcom.shards)
     assert tensorcom.shards.OPEN_OPTIONS and callable(tensorcom.shards.epoch_shards)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterator, Sequence
 
-from tensorcom.shards._tarstream import shard_samples
 from tensorcom.shards.handlers import Handler, SkipCounts
 
 OPEN_OPTIONS = ("bufsize", "require_end_blocks", "timeout", "retries", "backoff", "headers", "endpoint_url",
@@ -41,6 +40,8 @@ class ShardReader:
     def __next__(self) -> dict[str, Any]:
         while self.shard < len(self.urls):
             if self._stream is None:
+                from tensorcom.shards._tarstream import shard_samples  # the tar reader, opened when read
+
                 self._stream = shard_samples(self.urls[self.shard], handler=self.handler, counts=self.counts,
                                              **self.open_options)
                 for _ in itertools.islice(self._stream, self.in_shard):
