@@ -106,7 +106,7 @@ def serve(pipeline: Any, url: Any, **options: Any) -> dict:
     totals; raises WorkerError (an actor's pipeline raised), WorkerDied (an actor could not be
     brought back), Undelivered (sharing: consumers did not get everything)."""
     with start(pipeline, url, **options) as serving:
-        if options.get("report", 10.0):
+        if serving.plan.report:
             places = ", ".join(f"pid {m.pid} on {m.node}" for m in serving.members)
             print(f"consumers join {' '.join(serving.urls)}; {len(serving.members)} Ray actor(s): {places}",
                   file=sys.stderr, flush=True)
