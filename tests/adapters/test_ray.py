@@ -1,9 +1,10 @@
 """tensorcom.ray on a local Ray instance (ray.init(num_cpus=2), ray_instance: one per pytest process,
-shared with test_ray_reconnect.py, tests/adapters/conftest.py): two
-actors deliver one epoch exactly; an actor killed mid-epoch is restarted and the epoch still arrives
-whole with no duplicate; a pipeline that raises ends the serve with WorkerError; a Ray Data dataset
+shared with test_ray_reconnect.py, tests/conftest.py): two actors deliver one epoch exactly; an actor
+killed mid-epoch is restarted and the epoch still arrives whole with no duplicate; a pipeline that
+raises ends the serve with WorkerError; an actor pushes to a trainer that binds; a Ray Data dataset
 reaches a plain consumer; no actor outlives its serve; workers="auto" grows from one actor to two and
-back to one at epoch boundaries, every epoch exact; actors fill a cache of their node. join_url, actor_options and auto's checks without Ray.
+back to one at epoch boundaries, every epoch exact, and decides only what needs Ray's CPUs once Ray
+runs; actors fill a cache of their node. join_url, actor_options and the options' checks without Ray.
 
 The actors build their pipeline from this file ("tests/adapters/test_ray.py:make_ids"), so this
 module is also imported in the actors' processes."""
