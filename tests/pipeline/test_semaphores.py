@@ -39,20 +39,13 @@ def meet(queue, event, barrier, value=None) -> None:
         raise SystemExit(3)
 
 
-@needs_shm
-def test_names_leave_dev_shm_once_workers_hold_them_and_the_primitives_still_work():
-    ctx = multiprocessing.get_context("spawn")
-    queue, event, barrier = ctx.Queue(), ctx.Event(), ctx.Barrier(2)
-    handover = Handover(ctx, [queue, event, barrier])
-    locks = semlocks([queue, event, barrier])
-    assert len(locks) >= 3 + 5 + 4  # queue: 2 locks + semaphore; event: condition (4) + flag; barrier: condition
-    assert all(os.path.exists(shm_path(lock)) for lock in locks)
-    procs = [handover.process(meet, (queue, event, barrier), daemon=True) for _ in range(2)]
+def meeting(procs: list, queue, event, started=lambda: None) -> None:
+    """Start `procs` (each running `meet`), call started(), then check that each passed the barrier
+    and said hello, and once the event is set, that each saw it; kills what is left."""
     try:
         for proc in procs:
             proc.start()
-        assert handover.release(timeout=60)
-        assert [shm_path(lock) for lock in locks if os.path.exists(shm_path(lock))] == []
+        started()
         assert sorted(queue.get(timeout=20) for _ in procs) == sorted(p.pid for p in procs)  # barrier and queue
         event.set()
         for proc in procs:
@@ -63,6 +56,22 @@ def test_names_leave_dev_shm_once_workers_hold_them_and_the_primitives_still_wor
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
+
+
+@needs_shm
+def test_names_leave_dev_shm_once_workers_hold_them_and_the_primitives_still_work():
+    ctx = multiprocessing.get_context("spawn")
+    queue, event, barrier = ctx.Queue(), ctx.Event(), ctx.Barrier(2)
+    handover = Handover(ctx, [queue, event, barrier])
+    locks = semlocks([queue, event, barrier])
+    assert len(locks) >= 3 + 5 + 4  # queue: 2 locks + semaphore; event: condition (4) + flag; barrier: condition
+    assert all(os.path.exists(shm_path(lock)) for lock in locks)
+
+    def released() -> None:
+        assert handover.release(timeout=60)
+        assert [shm_path(lock) for lock in locks if os.path.exists(shm_path(lock))] == []
+
+    meeting([handover.process(meet, (queue, event, barrier), daemon=True) for _ in range(2)], queue, event, released)
 
 
 def test_a_child_that_dies_before_announcing_does_not_hold_release_up():
@@ -80,34 +89,22 @@ def test_a_child_that_dies_before_announcing_does_not_hold_release_up():
 
 def test_unnamed_primitives_work_across_processes_and_make_nothing_in_dev_shm():
     ctx = context()
+    if not isinstance(ctx, UnnamedContext):
+        pytest.skip("no memfd_create or sem_init here: the primitives are multiprocessing's named ones")
     before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
     queue, event, barrier, value = ctx.Queue(), ctx.Event(), ctx.Barrier(2), ctx.Value("q", 0)
     locks = semlocks([queue, event, barrier, value])
-    if not isinstance(ctx, UnnamedContext):
-        pytest.skip("no memfd_create or sem_init here: the primitives are multiprocessing's named ones")
     assert len(locks) >= 3 + 5 + 4 + 1 and {lock._semlock.name for lock in locks} == {None}
     with pytest.raises(RuntimeError):  # as multiprocessing's: given to a process only while it is spawned
         pickle.dumps(queue)
-    procs = [ctx.Process(target=meet, args=(queue, event, barrier, value), daemon=True) for _ in range(2)]
-    try:
-        for proc in procs:
-            proc.start()
-        assert sorted(queue.get(timeout=20) for _ in procs) == sorted(p.pid for p in procs)  # barrier and queue
-        assert value.value == 2  # the value's lock
-        event.set()
-        for proc in procs:
-            proc.join(timeout=20)
-        assert [proc.exitcode for proc in procs] == [0, 0]  # each saw the event
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+    meeting([ctx.Process(target=meet, args=(queue, event, barrier, value), daemon=True) for _ in range(2)],
+            queue, event)
+    assert value.value == 2  # each added 1 under the value's lock
     assert (set(os.listdir(SHM)) if os.path.isdir(SHM) else set()) == before
 
 
 WATCH = textwrap.dedent("""
-    import json, os, signal, subprocess, sys
+    import json, os, signal, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
     from conftest import private_shm
 
@@ -132,11 +129,12 @@ WATCH = textwrap.dedent("""
         sys.exit(0)
     import ctypes
     ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: the run's orphans are this process's
+    signal.signal(signal.SIGALRM, lambda *_: sys.exit("the run did not end within 90 s"))
     signal.alarm(90)
     run = subprocess.Popen([sys.executable, "-c", sys.argv[3]], start_new_session=True)
     try:
         while first_worker(run.pid) is None and run.poll() is None:
-            signal.sigtimedwait([signal.SIGCHLD], 0.005)  # poll /proc until the first worker exists
+            time.sleep(0.002)  # nothing tells when a process is made: /proc is polled
         at_first = sorted(os.listdir("/dev/shm"))
         if sys.argv[2] == "kill":
             os.killpg(run.pid, signal.SIGKILL)
@@ -163,6 +161,7 @@ def watched(popen, how: str, code: str) -> tuple[dict, str]:
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     watcher = popen.python("-c", WATCH, tests, how, code, stdout=subprocess.PIPE, text=True)
     out, _ = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, out  # the run ended (or was killed) in time
     report = json.loads(out.strip().splitlines()[-1])
     if "skip" in report:
         pytest.skip(f"no /dev/shm of its own: {report['skip']}")

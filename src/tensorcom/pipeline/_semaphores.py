@@ -148,16 +148,16 @@ class UnnamedContext(mpcontext.SpawnContext):
     """multiprocessing's spawn context, whose semaphores (and so every primitive built on them) have
     no name (module docstring)."""
 
-    def Lock(self) -> Lock:  # noqa: N802 (multiprocessing's names)
+    def Lock(self) -> synchronize.Lock:  # noqa: N802 (multiprocessing's names)
         return Lock()
 
-    def RLock(self) -> RLock:  # noqa: N802
+    def RLock(self) -> synchronize.RLock:  # noqa: N802
         return RLock()
 
-    def Semaphore(self, value: int = 1) -> Semaphore:  # noqa: N802
+    def Semaphore(self, value: int = 1) -> synchronize.Semaphore:  # noqa: N802
         return Semaphore(value)
 
-    def BoundedSemaphore(self, value: int = 1) -> BoundedSemaphore:  # noqa: N802
+    def BoundedSemaphore(self, value: int = 1) -> synchronize.BoundedSemaphore:  # noqa: N802
         return BoundedSemaphore(value)
 
 
@@ -166,8 +166,9 @@ def context() -> Any:
     """The context worker processes are spawned with: an UnnamedContext where memfd_create and sem_init
     work (Linux), else multiprocessing's spawn context (whose names a Handover removes)."""
     try:
-        Lock().release  # noqa: B018 (one semaphore made and wrapped: the platform has what it takes)
-    except (AttributeError, OSError):
+        with Lock():  # made, taken and given back: this platform has all it takes
+            pass
+    except (AttributeError, OSError, TypeError, ValueError):  # no memfd_create, sem_init or SemLock._rebuild
         return multiprocessing.get_context("spawn")
     return UnnamedContext()
 
