@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 
+from tensorcom.pipeline import _semaphores
 from tensorcom.pipeline._semaphores import Handover, UnnamedContext, context, semlocks
 
 pytestmark = [pytest.mark.procs]
@@ -95,12 +96,19 @@ def test_unnamed_primitives_work_across_processes_and_make_nothing_in_dev_shm():
     queue, event, barrier, value = ctx.Queue(), ctx.Event(), ctx.Barrier(2), ctx.Value("q", 0)
     locks = semlocks([queue, event, barrier, value])
     assert len(locks) >= 3 + 5 + 4 + 1 and {lock._semlock.name for lock in locks} == {None}
+    assert Handover(ctx, [queue, event, barrier, value]).locks == []  # no name to remove: plain processes
     with pytest.raises(RuntimeError):  # as multiprocessing's: given to a process only while it is spawned
         pickle.dumps(queue)
     meeting([ctx.Process(target=meet, args=(queue, event, barrier, value), daemon=True) for _ in range(2)],
             queue, event)
     assert value.value == 2  # each added 1 under the value's lock
     assert (set(os.listdir(SHM)) if os.path.isdir(SHM) else set()) == before
+
+
+def test_without_memfd_the_context_is_multiprocessings_own(monkeypatch):
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    monkeypatch.setattr(_semaphores, "_slabs", [])  # no slab made before to hand semaphores out of
+    assert context.__wrapped__() is multiprocessing.get_context("spawn")
 
 
 WATCH = textwrap.dedent("""

@@ -82,7 +82,7 @@ def _mapped(fd: Any) -> Slab:
 
 _slabs: list[Slab] = []  # the slab this process hands semaphores out of now
 _slabs_lock = threading.Lock()
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None  # sem_init's
 
 
 def _new_semaphore(value: int) -> tuple[Slab, int]:
