@@ -17,8 +17,7 @@ not import the rest of the layer. See docs/pipeline.md for the user guide.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tensorcom.lazy import lazy_names
 
 # public name -> the submodule that defines it
 _EXPORTS: dict[str, str] = {
@@ -43,17 +42,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the submodule behind a public name on first use and cache the name here."""
-    try:
-        module_name = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'tensorcom.pipeline' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

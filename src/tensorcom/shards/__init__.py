@@ -16,11 +16,11 @@ in tensorcom.shards._tarstream.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tensorcom.checks import near_misses, renamed_option
 from tensorcom.fieldspec import find_field, parse_fields, pick_field, pick_fields
+from tensorcom.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tensorcom.shards._reading import ShardReader
@@ -57,20 +57,7 @@ __all__ = [
 _SAMPLES_OPTIONS = ("handler", "shuffle", "seed", "epoch", "rank", "world_size", "worker", "num_workers",
                     "counts", "resampled")  # and the reader's OPEN_OPTIONS
 
-
-def __getattr__(name: str) -> Any:
-    """Import the submodule behind a public name on first use and cache the name here."""
-    try:
-        module_name = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'tensorcom.shards' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
 
 def samples(urls: str | Sequence[str], *, handler: Handler | None = None, shuffle: bool | None = None,

@@ -12,18 +12,10 @@ docs/transport.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tensorcom.lazy import lazy_names
 
 _EXPORTS = {"Connection": "tensorcom.transport.connection", "SequenceTracker": "tensorcom.transport.stats",
             "Statistics": "tensorcom.transport.stats"}
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module behind a public name on first use."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tensorcom.transport' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -16,8 +16,7 @@ Receiving ends' `next_batch()` returns a batch or `EPOCH_END`; every end has `cl
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tensorcom.lazy import lazy_names
 
 # name -> the module that defines it, imported on first use (PEP 562): a process that only sends
 # (a serving worker) imports neither the receiving end nor the sharing protocol
@@ -35,17 +34,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["EPOCH_END", "Intake", "JoinerEnd", "PlainReceiver", "PlainSender", "SharingServerEnd",
            "SocketSecurity", "url_of"]
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module behind a public name on first use and cache the name here."""
-    try:
-        module_name = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'tensorcom.transport.ends' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
