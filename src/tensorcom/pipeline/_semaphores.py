@@ -44,6 +44,7 @@ import functools
 import mmap
 import multiprocessing
 import os
+import platform
 import threading
 import time
 import weakref
@@ -164,7 +165,11 @@ class UnnamedContext(mpcontext.SpawnContext):
 @functools.lru_cache(maxsize=None)
 def context() -> Any:
     """The context worker processes are spawned with: an UnnamedContext where memfd_create and sem_init
-    work (Linux), else multiprocessing's spawn context (whose names a Handover removes)."""
+    work and the C library is glibc (Linux), else multiprocessing's spawn context (whose names a
+    Handover removes). glibc only: a SemLock ends with sem_close, which glibc refuses for a semaphore it
+    did not open by name (EINVAL, nothing done) and other C libraries may not."""
+    if platform.libc_ver()[0] != "glibc":
+        return multiprocessing.get_context("spawn")
     try:
         with Lock():  # made, taken and given back: this platform has all it takes
             pass
