@@ -11,14 +11,15 @@ Three kinds of spawned child, each run --repeats times (2 processes a run), in o
 `probe` (this module, whose top level imports only os, sys and time, so that a child importing this
 script as its main module loads nothing more on that account) records, at a child's first sample,
 the child's CPU seconds (time.process_time: interpreter start, imports, unpickling), the wall time
-and its sys.modules in load order. The table gives, per kind, the medians of: the child's CPU ms at
-its first sample; "imports ms": the CPU of importing that child's modules, in its order, in a fresh
-interpreter (steadier than the former on a busy machine); the number of modules loaded; start to
-the first batch in this process (ms); and which of the watched heavy modules (http.client, asyncio,
-zmq.asyncio, numpy, ...) the children had loaded.
+and its sys.modules in load order. The table gives, per kind, the best and the median of: the
+child's CPU ms at its first sample; "imports ms": the CPU of importing that child's modules, in its
+order, in a fresh interpreter; start to the first batch in this process (ms); and the number of
+modules a child loaded and which of the watched heavy ones (http.client, asyncio, zmq.asyncio,
+numpy, ...). On a shared machine the best is the steadier figure.
 
     .venv/bin/python benchmarks/worker_start.py [--repeats 5] [--modules]   # --modules: list them all
-    PYTHONPATH=/path/to/other/checkout/src .venv/bin/python benchmarks/worker_start.py   # another version
+    .venv/bin/python benchmarks/worker_start.py --versions before=/tmp/old/src,after=src --rounds 3
+        # source trees compared (each run with PYTHONPATH=SRC), in turn, samples pooled per version
 """
 
 from __future__ import annotations
@@ -136,48 +137,86 @@ print(time.process_time() - start)
 """
 
 
-def import_cpu(modules: list[str], repeats: int) -> float:
-    """Median CPU ms of importing `modules` (a child's, in its load order) in fresh interpreters."""
-    import statistics
+def import_cpu(modules: list[str], repeats: int) -> list[float]:
+    """CPU ms of importing `modules` (a child's, in its load order) in each of `repeats` fresh interpreters."""
     import subprocess
 
-    names = [m for m in modules if m not in ("__main__", "__mp_main__")]
-    code = IMPORTS.format(names=names)
-    times = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-             for _ in range(repeats)]
-    return statistics.median(times) * 1e3
+    code = IMPORTS.format(names=[m for m in modules if m not in ("__main__", "__mp_main__")])
+    return [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout) * 1e3
+            for _ in range(repeats)]
 
 
-def summary(kind: str, runs: list[dict], repeats: int) -> dict:
+def measure(kind: str, repeats: int) -> dict:
+    """`repeats` runs of `kind`: every child's CPU ms, imports ms, module count; each run's start to first batch."""
+    runs = [one_run(kind) for _ in range(repeats)]
+    records = [r for run in runs for r in run["records"]]
+    return {"kind": kind, "cpu_ms": [r["cpu"] * 1e3 for r in records],
+            "imports_ms": import_cpu(records[0]["modules"], repeats),
+            "modules": [len(r["modules"]) for r in records], "first_ms": [run["first_ms"] for run in runs],
+            "all": sorted(set().union(*(r["modules"] for r in records)))}
+
+
+def merged(rows: list[dict]) -> dict:
+    """One row of several measurements of the same kind (their samples pooled)."""
+    out = {key: [v for row in rows for v in row[key]] for key in ("cpu_ms", "imports_ms", "modules", "first_ms")}
+    return {**out, "kind": rows[0]["kind"], "all": sorted(set().union(*(row["all"] for row in rows)))}
+
+
+def cell(values: list[float]) -> str:
     import statistics
 
-    records = [r for run in runs for r in run["records"]]
-    cpu = statistics.median(r["cpu"] for r in records) * 1e3
-    modules = [set(r["modules"]) for r in records]
-    return {"kind": kind, "cpu_ms": cpu, "imports_ms": import_cpu(records[0]["modules"], repeats),
-            "modules": statistics.median(len(m) for m in modules),
-            "first_ms": statistics.median(run["first_ms"] for run in runs),
-            "watched": [name for name in WATCHED if any(name in m for m in modules)],
-            "all": sorted(set.union(*modules))}
+    return f"{min(values):.0f} ({statistics.median(values):.0f})"
+
+
+def print_table(rows: list[dict], modules: bool) -> None:
+    print("best (median) of every child / run / fresh interpreter")
+    print(f"{'version':9} {'kind':9} {'child CPU ms':>13} {'imports ms':>11} {'modules':>8} {'start->1st batch ms':>20}"
+          "  watched modules loaded")
+    for row in rows:
+        watched = " ".join(name for name in WATCHED if name in row["all"]) or "-"
+        print(f"{row.get('version', '-'):9} {row['kind']:9} {cell(row['cpu_ms']):>13} {cell(row['imports_ms']):>11} "
+              f"{max(row['modules']):8} {cell(row['first_ms']):>20}  {watched}")
+    if modules:
+        for row in rows:
+            print(f"\n{row.get('version', '-')} {row['kind']}: {' '.join(row['all'])}")
+
+
+def compare(versions: str, rounds: int, repeats: int) -> list[dict]:
+    """Run this script for each NAME=SRC of `versions` (PYTHONPATH=SRC), interleaved over `rounds`."""
+    import json
+    import subprocess
+
+    pairs = [item.split("=", 1) for item in versions.split(",")]
+    found: dict[tuple[str, str], list[dict]] = {}
+    for _ in range(rounds):
+        for name, src in pairs:
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+            done = subprocess.run([sys.executable, __file__, "--json", "--repeats", str(repeats)], env=env,
+                                  capture_output=True, text=True, check=True)
+            for row in json.loads(done.stdout):
+                found.setdefault((name, row["kind"]), []).append(row)
+    return [{**merged(rows), "version": name} for (name, _), rows in found.items()]
 
 
 def main() -> None:
     import argparse
+    import json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each kind (each starts 2 children)")
+    parser.add_argument("--versions", help="NAME=SRC,NAME=SRC: compare source trees, run in turn --rounds times")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modules", action="store_true", help="list every module each kind's children loaded")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one version's rows, for --versions
     args = parser.parse_args()
-    rows = [summary(kind, [one_run(kind) for _ in range(args.repeats)], args.repeats)
-            for kind in ("bare", "parallel", "serve")]
-    print(f"{'kind':9} {'child CPU ms':>12} {'imports ms':>10} {'modules':>8} {'start->1st batch ms':>20}  "
-          "watched modules loaded")
-    for row in rows:
-        print(f"{row['kind']:9} {row['cpu_ms']:12.0f} {row['imports_ms']:10.0f} {row['modules']:8.0f} "
-              f"{row['first_ms']:20.0f}  {' '.join(row['watched']) or '-'}")
-    if args.modules:
-        for row in rows:
-            print(f"\n{row['kind']}: {' '.join(row['all'])}")
+    if args.versions:
+        rows = compare(args.versions, args.rounds, args.repeats)
+    else:
+        rows = [measure(kind, args.repeats) for kind in ("bare", "parallel", "serve")]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print_table(rows, args.modules)
 
 
 if __name__ == "__main__":
