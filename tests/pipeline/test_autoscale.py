@@ -1,8 +1,12 @@
-"""The autoscaler's pure core with a fake clock and a model server; the /proc/stat parser."""
+"""The autoscaler's pure core with a fake clock and a model server; the /proc/stat parser; the
+epoch-boundary scaling that serve's processes and tensorcom.ray's actors share."""
+
+from types import SimpleNamespace
 
 import pytest
 
-from tensorcom.pipeline.autoscale import Autoscaler, Elastic, MachineIdle, Tuner, idle_cores, parse_stat
+from tensorcom.pipeline.autoscale import (Autoscaler, Elastic, EpochScaling, MachineIdle, Tuner, data_wait,
+                                          idle_cores, parse_stat)
 
 
 def model(workers, demand, cores=64):
@@ -124,6 +128,45 @@ def test_tuner_observes_once_an_interval_and_resizes_the_pool():
         clock["sent"] += 0.175
         tuner(pool, waited)
     assert pool.size == 1 and said[-1] == "map workers 1 (auto)"
+
+
+class Steps:
+    """A scaler that answers the steps it is given, one an observation, and records what it hears."""
+
+    def __init__(self, *steps):
+        self.steps, self.heard = list(steps), []
+
+    def observe(self, now, data_wait, idle_share, workers, idle_cores):
+        self.heard.append((now, workers))
+        return self.steps.pop(0)
+
+    def decided(self, target):
+        self.heard.append(("decided", target))
+
+
+def test_epoch_scaling_clamps_waits_for_the_boundary_and_asks_before_deciding():
+    now = [0.0]
+    scaler = Steps(+3, -1, -1, -1)
+    scaling = EpochScaling(scaler, minimum=2, ceiling=4, clock=lambda: now[0])
+    assert scaling.target == 2 and scaling.due(2) and not scaling.due(2)  # the first at once, then every second
+    assert scaling.decide(0.5, 0.0, 2, None, ask=lambda: scaler.heard.append("asked"))
+    assert scaling.target == 4 and scaler.heard == [(0.0, 2), "asked", ("decided", 4)]  # +3 clamped to the ceiling
+    now[0] = 5.0
+    assert not scaling.due(2) and scaling.due(4)  # nothing while 2 still run: the change waits for the boundary
+    assert scaling.decide(0.0, 0.9, 4, None) and scaling.target == 3
+    assert scaling.decide(0.0, 0.9, 3, None) and scaling.target == 2
+    assert not scaling.decide(0.0, 0.9, 2, None) and scaling.target == 2  # 2 - 1 is below the minimum
+    later = EpochScaling(scaler, 1, 4, target=3, clock=lambda: now[0], at_once=False)
+    assert later.target == 3 and not later.due(3)
+    now[0] = 6.0
+    assert later.due(3)
+
+
+def test_data_wait_is_the_largest_a_sharing_server_knows():
+    hub = SimpleNamespace(server=SimpleNamespace(status=[{"data_wait": 0.25}, {"data_wait": {"share": 0.5}}, {}]))
+    assert data_wait(hub, 0.9) == 0.5
+    assert data_wait(SimpleNamespace(server=SimpleNamespace(status=[{}])), 0.9) == 0.9
+    assert data_wait(None, 0.0) == 0.0
 
 
 def test_elastic_spec():

@@ -33,8 +33,9 @@ import time
 from typing import Any, Callable
 
 from tensorcom.pipeline import stage_times
+from tensorcom.pipeline.autoscale import EpochScaling, consumer_waits, data_wait
 from tensorcom.pipeline.processes import Entry, Processes
-from tensorcom.rates import RateReport, Throttle
+from tensorcom.rates import RateReport
 
 GRACE = 2.0  # seconds a stopped worker has to leave before it is terminated
 
@@ -119,8 +120,7 @@ class Supervisor:
 
     def consumer_waits(self) -> list[float | None]:
         """Each consumer's data wait (a share of its time) as a sharing server knows it; [] without one."""
-        consumers = [] if self.reports.hub is None else self.reports.hub.server.status
-        return [_wait_share(c.get("data_wait")) for c in consumers]
+        return consumer_waits(self.reports.hub)
 
     def idle_busy(self) -> tuple[float, float]:
         """The processes' seconds waiting on the consumers (in send) and busy, summed, so far."""
@@ -141,25 +141,25 @@ class Supervisor:
         self.owner.close()
 
 
-class Scaling:
+class Scaling(EpochScaling):
     """workers="auto", the parent's side: `tick(supervisor, gate)` (Supervisor.wait calls it) feeds
-    `scaler` (tensorcom.pipeline.autoscale.Autoscaler, or any object with its observe()) one
-    observation every `every` seconds: the consumers' data wait (the largest a sharing server knows;
-    without one, the processes' busy share: what they do not spend waiting on the consumers), the
-    processes' idle share since the previous observation, `target` (the processes now) and the
-    machine's idle cores (`machine.sample()`). When it answers a step, `target` moves by it (within
-    1..`ceiling`) and the gate is asked to stop the processes at the next epoch boundary; the caller
-    then starts `target` processes (and calls `scaler.decided(target)` when it has one, once the gate
-    has been asked). Nothing more is observed until then."""
+    the scaler one observation every `every` seconds (the first after `every`): the consumers' data
+    wait (autoscale.data_wait: the largest a sharing server knows; without one, the processes' busy
+    share: what they do not spend waiting on the consumers), the processes' idle share since the
+    previous observation, `target` (the processes now) and the machine's idle cores
+    (`machine.sample()`, read at every tick). When it answers a step, `target` moves by it (within
+    `workers`..`ceiling`) and the gate is asked to stop the processes at the next epoch boundary
+    (autoscale.EpochScaling.decide); the caller then starts `target` processes. Nothing more is
+    observed until then."""
 
     def __init__(self, scaler: Any, workers: int, ceiling: int, machine: Any, every: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):
-        self.scaler, self.target, self.ceiling, self.machine, self.clock = scaler, workers, ceiling, machine, clock
-        self.due = Throttle(every, clock, start=clock())
+        super().__init__(scaler, workers, ceiling, every=every, clock=clock, at_once=False)
+        self.machine = machine
         self.last = (0.0, 0.0)  # idle and busy seconds at the previous observation
 
     def tick(self, supervisor: Supervisor, gate: Any) -> None:
-        if not self.due.due():
+        if not self.throttle.due():
             return
         cores = self.machine.sample()  # read every time, so that each reading covers the last second
         idle, busy = supervisor.idle_busy()
@@ -167,28 +167,12 @@ class Scaling:
         if gate.asked or idle_s + busy_s <= 0:
             return  # a change is pending, no stage record yet, or nothing measured since the last time
         idle_share = idle_s / (idle_s + busy_s)
-        waits = [w for w in supervisor.consumer_waits() if w is not None]
-        data_wait = max(waits) if waits else 1.0 - idle_share
-        step = self.scaler.observe(self.clock(), data_wait, idle_share, self.target, cores)
-        target = max(1, min(self.ceiling, self.target + step))
-        if target != self.target:
-            self.target = target
-            gate.ask()
-            decided = getattr(self.scaler, "decided", None)
-            if decided is not None:
-                decided(target)
+        self.decide(data_wait(supervisor.reports.hub, 1.0 - idle_share), idle_share, self.target, cores, gate.ask)
 
 
 def _idle_busy(record: stage_times.Record) -> tuple[float, float]:
     """(seconds in send: waiting on the consumers, seconds in every other stage) of a stage record."""
     return record.get("send", [0.0])[0], sum(seconds for name, (seconds, _) in record.items() if name != "send")
-
-
-def _wait_share(value: Any) -> float | None:
-    """A consumer's data wait as a share of its time: a number, or a stats dict's "share"/"fraction"."""
-    if isinstance(value, dict):
-        value = value.get("share", value.get("fraction"))
-    return value if isinstance(value, (int, float)) else None
 
 
 def _rate_line(stats: dict) -> str:

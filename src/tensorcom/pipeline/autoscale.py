@@ -5,6 +5,9 @@
     step = scaler.observe(now, data_wait, idle_share, workers, idle.sample())
     pool.resize(workers + step)                        the caller acts; the core owns no process
     Pipeline.map(fn, workers=Elastic(1, 8)) / "auto"   a map whose pool a Tuner resizes as it runs
+    EpochScaling(scaler, minimum, ceiling)             a pool resized only at an epoch boundary: serve's
+                                                       processes (_supervisor.Scaling), tensorcom.ray's
+                                                       actors (adapters/ray/_scaling.ActorScaling)
 
 Events in, one per observation (the serving process makes one a second):
 - `data_wait`: the share of time the consumers wait for data (their recent fraction; when no consumer
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from tensorcom.checks import non_negative, positive
+from tensorcom.rates import Throttle
 
 IDLE_CORE = 0.75  # idle cores (averaged over a second) that count as "an idle core"
 
@@ -207,6 +211,61 @@ class Tuner:
             pool.resize(pool.size + step)
             if self.say is not None:
                 self.say(f"map workers {pool.size} (auto)")
+
+
+class EpochScaling:
+    """The size of a pool that changes only at an epoch boundary (serve's processes, tensorcom.ray's
+    actors): `target`, from `minimum` to `ceiling`, starting at `target` (default `minimum`), moved by
+    `scaler` (an Autoscaler, or any object with its observe(); decided(target) is called after each
+    change when it has one). The caller owns the pool and how it measures idle shares.
+
+    due(workers): whether an observation is wanted: at most every `every` seconds (the first at once,
+    or `every` seconds from now with at_once=False), never while `workers` (the pool now) differs from
+    `target` (a change waits for the boundary). decide(data_wait, idle_share, workers, idle_cores, ask):
+    one observation (Autoscaler.observe's) in; `target` moves by the scaler's step, clamped; when it
+    changed, ask() (the caller's request for the boundary) is called, then the scaler's decided(target),
+    and it returns True."""
+
+    def __init__(self, scaler: Any, minimum: int, ceiling: int, target: Optional[int] = None, every: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic, at_once: bool = True):
+        self.scaler, self.minimum, self.ceiling, self.clock = scaler, minimum, ceiling, clock
+        self.target = minimum if target is None else target
+        self.throttle = Throttle(every, clock, start=float("-inf") if at_once else clock())
+
+    def due(self, workers: int) -> bool:
+        return workers == self.target and self.throttle.due()
+
+    def decide(self, data_wait: float, idle_share: float, workers: int, idle_cores: Optional[float],
+               ask: Optional[Callable[[], None]] = None) -> bool:
+        step = self.scaler.observe(self.clock(), data_wait, idle_share, workers, idle_cores)
+        target = max(self.minimum, min(self.ceiling, workers + step))
+        if target == self.target:
+            return False
+        self.target = target
+        if ask is not None:
+            ask()
+        decided = getattr(self.scaler, "decided", None)
+        if decided is not None:
+            decided(target)
+        return True
+
+
+def consumer_waits(hub: Any) -> list[Optional[float]]:
+    """Each consumer's data wait (a share of its time; None when it has not said) as a sharing server
+    `hub` (tensorcom.transport.sharing.Hub) knows it; [] without one (None)."""
+    return [_wait_share(c.get("data_wait")) for c in ([] if hub is None else hub.server.status)]
+
+
+def data_wait(hub: Any, otherwise: float) -> float:
+    """The data wait a scaler sees: the largest of consumer_waits(hub), `otherwise` when none is known."""
+    return max((w for w in consumer_waits(hub) if w is not None), default=otherwise)
+
+
+def _wait_share(value: Any) -> Optional[float]:
+    """A consumer's data wait as a share of its time: a number, or a stats dict's "share"/"fraction"."""
+    if isinstance(value, dict):
+        value = value.get("share", value.get("fraction"))
+    return value if isinstance(value, (int, float)) else None
 
 
 def stderr_line(text: str) -> None:

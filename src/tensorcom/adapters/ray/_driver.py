@@ -35,6 +35,7 @@ from typing import Any, Callable
 from tensorcom.adapters.ray._actors import NAMESPACE, Directory, ServerActor, Stored, node_address
 from tensorcom.adapters.ray._figures import Figures
 from tensorcom.errors import WorkerDied, WorkerError
+from tensorcom.pipeline.autoscale import data_wait
 from tensorcom.pipeline.processes import Roster
 from tensorcom.pipeline.serving import ServeJob
 from tensorcom.pipeline.shared_serving import finish_hub
@@ -199,14 +200,12 @@ class Serving:
 
     def _observe(self) -> None:
         """workers="auto": feed the scaling (at most once a second) the consumers' largest data wait
-        (the hub's consumer records), the actors and Ray's available CPUs; the actors' idle share is
-        what their finished runs reported (_collect)."""
+        (autoscale.data_wait of the hub's consumer records; 0 before any), the actors and Ray's
+        available CPUs; the actors' idle share is what their finished runs reported (_collect)."""
         scaling = self.plan.scaling
         if scaling is None or not scaling.due(len(self.members)):
             return
-        waits = [c.get("data_wait") for c in self.hub.server.status]
-        data_wait = max([w for w in waits if isinstance(w, (int, float))], default=0.0)
-        scaling.observe(data_wait, len(self.members), self.ray.available_resources().get("CPU", 0.0))
+        scaling.observe(data_wait(self.hub, 0.0), len(self.members), self.ray.available_resources().get("CPU", 0.0))
 
     def _main(self) -> None:
         try:

@@ -1,7 +1,8 @@
 """Ray actors that scale themselves (tensorcom.ray's workers="auto"): the options' checks and the
 driver's pure core, ActorScaling, which turns one observation a second (the consumers' data wait,
 the actors' idle share as their runs report it) into the number of actors for the next epoch, more
-or fewer: the decision is tensorcom.pipeline.autoscale.Autoscaler's, the local serving processes'.
+or fewer: the decision is tensorcom.pipeline.autoscale.Autoscaler's, stepped and clamped by the
+EpochScaling the local serving processes' Scaling is too.
 The driver (tensorcom.adapters.ray._driver) owns the actors and acts.
 
 V (the stream's portions) is fixed: `portions`, the resumed state's, else max_workers; from
@@ -21,8 +22,8 @@ import time
 from typing import Any, Callable
 
 from tensorcom.checks import positive
+from tensorcom.pipeline.autoscale import EpochScaling
 from tensorcom.pipeline.shared_serving import is_sharing
-from tensorcom.rates import Throttle
 
 UNDECIDED = 0  # V of a fresh stream without portions or max_workers until Ray's CPUs decide it (auto_actors)
 
@@ -57,25 +58,21 @@ def actor_ceiling(minimum: int, maximum: int, portions: int, cpus: float, per_ac
     return ceiling
 
 
-class ActorScaling:
-    """The number of actors, decided by `scaler` (tensorcom.pipeline.autoscale.Autoscaler, or any
-    object with its observe(); decided(target) is called after each change when it has one).
+class ActorScaling(EpochScaling):
+    """The number of actors, `target` (tensorcom.pipeline.autoscale.EpochScaling: due(actors), the
+    scaler's step within minimum..ceiling), observed as the driver knows the actors.
 
-    due(actors) says whether an observation is wanted: at most every `every` seconds (the first at
-    once), never while `actors` differs from `target` (a change waits for the epoch boundary).
     ran(idle, busy, actors): an actor's finished run (ServerActor.run) served by `actors` actors, its
     seconds waiting on the hub and the rest. idle_share(): the share of waiting of the finished runs
     of `target` actors (0 before the first: the scaler then never removes one); what the local
     serving processes' stage records tell their autoscaler (tensorcom.pipeline._supervisor), known
     here as each run ends. observe(data_wait, actors, idle_cpus): the consumers' data wait, the
-    actors now and Ray's available CPUs in, with idle_share(); `target` moves by the scaler's step
-    within minimum..ceiling; returns True when it changed."""
+    actors now and Ray's available CPUs in, with idle_share(); returns True when `target` changed
+    (the runs of the new number count from then on)."""
 
     def __init__(self, scaler: Any, minimum: int, ceiling: int, every: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):
-        self.scaler, self.minimum, self.ceiling, self.target = scaler, minimum, ceiling, minimum
-        self.clock = clock
-        self.throttle = Throttle(every, clock, start=float("-inf"))
+        super().__init__(scaler, minimum, ceiling, every=every, clock=clock)
         self.seconds = {"idle": 0.0, "busy": 0.0}  # of the finished runs of `target` actors
 
     def ran(self, idle: float, busy: float, actors: int) -> None:
@@ -87,16 +84,8 @@ class ActorScaling:
         total = self.seconds["idle"] + self.seconds["busy"]
         return self.seconds["idle"] / total if total > 0 else 0.0
 
-    def due(self, actors: int) -> bool:
-        return actors == self.target and self.throttle.due()
-
     def observe(self, data_wait: float, actors: int, idle_cpus: float | None) -> bool:
-        step = self.scaler.observe(self.clock(), data_wait, self.idle_share(), actors, idle_cpus)
-        target = max(self.minimum, min(self.ceiling, actors + step))
-        if target == self.target:
-            return False
-        self.target, self.seconds = target, {"idle": 0.0, "busy": 0.0}
-        decided = getattr(self.scaler, "decided", None)
-        if decided is not None:
-            decided(target)
-        return True
+        return self.decide(data_wait, self.idle_share(), actors, idle_cpus, ask=self._forget_runs)
+
+    def _forget_runs(self) -> None:
+        self.seconds = {"idle": 0.0, "busy": 0.0}
