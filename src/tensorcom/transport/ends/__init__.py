@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from tensorcom.lazy import lazy_names
 
-# name -> the module that defines it, imported on first use (PEP 562): a process that only sends
-# (a serving worker) imports neither the receiving end nor the sharing protocol
+# name -> the module that defines it, imported on first use (PEP 562), so that importing one end
+# imports no other (the sharing ends import the sharing protocol, asyncio with it, when they open)
 _EXPORTS: dict[str, str] = {
     "EPOCH_END": "tensorcom.transport.ends.intake",
     "Intake": "tensorcom.transport.ends.intake",
