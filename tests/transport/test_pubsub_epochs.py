@@ -103,10 +103,10 @@ def test_abandon_ends_the_pass_and_a_returning_sender_continues_its_epoch():
     assert book.admit(batch("a", 1, 0)) is Verdict.DELIVER  # the rest of its epoch: nothing discarded
 
 
-def publish(url, ready, size, epochs, per_epoch):
+def publish(url, ready, size, epochs, per_epoch, fast_sent):
     """After `ready` is set, publish epochs of `per_epoch` batches [uint8 (size,), int32 [epoch]] as fast
-    as ZeroMQ takes them (it drops what a slow subscriber has no room for), then, after a pause, the
-    last epoch slowly enough to arrive whole."""
+    as ZeroMQ takes them (it drops what a slow subscriber has no room for), set `fast_sent`, then, after
+    a pause, the last epoch slowly enough to arrive whole."""
     with Connection(url, sndhwm=1) as conn:
         warm = [np.zeros(10, np.uint8), np.array([-1], np.int32)]
         while not ready.wait(0.01):
@@ -115,6 +115,7 @@ def publish(url, ready, size, epochs, per_epoch):
         for epoch in range(epochs):
             last = epoch == epochs - 1
             if last:
+                fast_sent.set()
                 time.sleep(1.0)  # the subscriber catches up
             data = np.full(size, epoch, np.uint8)
             for _ in range(per_epoch):
@@ -127,14 +128,16 @@ def publish(url, ready, size, epochs, per_epoch):
 @pytest.mark.net
 def test_slow_subscriber_never_mixes_epochs(free_port):
     port = free_port()
-    ready = threading.Event()
+    ready, fast_sent = threading.Event(), threading.Event()
     with Connection(f"zsub://127.0.0.1:{port}", rcvhwm=1, timeout=10, liveness=None) as receiver:
-        sender = threading.Thread(target=publish, args=(f"zpub://127.0.0.1:{port}", ready, 2_000_000, 4, 10))
+        sender = threading.Thread(target=publish, args=(f"zpub://127.0.0.1:{port}", ready, 2_000_000, 4, 10,
+                                                        fast_sent))
         sender.start()
         try:
             while receiver.recv()[1][0] != -1:
                 pass
             ready.set()
+            assert fast_sent.wait(20)  # 60 MB sent while nothing was read: most of it, markers too, dropped
             passes = []
             while len(passes) < 10:
                 got = [int(b[1][0]) for b in receiver if b[1][0] >= 0]
