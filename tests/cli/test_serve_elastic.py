@@ -58,9 +58,9 @@ def take_and_kill(popen, port: int, command: list[str], state: Path, count: int 
         conn.save_state(state)
         if count is None:
             assert server.wait(timeout=30) == 0
-        else:  # the server's process alone, as the OOM killer does: its workers and resource tracker see it
-            os.kill(server.pid, signal.SIGKILL)  # go and clean up (killing the whole group in the middle of
-            server.wait(timeout=10)  # its start-up would leave the semaphores its workers had not opened yet)
+        else:  # the server's process alone, as the OOM killer does: its workers see it go and leave
+            os.kill(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
     return batches
 
 

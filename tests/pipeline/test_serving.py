@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 import pytest
-import served  # tests/pipeline/served.py
 from served import add_rss, big_sample, die_on_13, fail_on_13, make_pipeline, slow, to_sample  # what workers run
 from test_workers import alive, descendants
 
@@ -232,15 +231,8 @@ RESUMABLE = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from tensorcom.pipeline.serving import serve
     if __name__ == "__main__":
-        serve("test_serving:resumable_pipeline", {url!r}, workers=2, report=None, connection_options={{"sndhwm": 1}})
+        serve("served:resumable_pipeline", {url!r}, workers=2, report=None, connection_options={{"sndhwm": 1}})
 """)
-
-
-def resumable_pipeline():
-    """The factory of the server that first_part kills. Its workers import this whole module, which
-    delays the fifth batch: a SIGKILL of a server before its last worker has started leaves the
-    server's semaphore names in /dev/shm (the restarted server imports served.py alone)."""
-    return served.resumable_pipeline()
 
 
 def keys_of(batches):
@@ -254,7 +246,8 @@ def first_part(popen, port, state_path, command):
         server = popen.start(command)
         before = [conn.recv() for _ in range(5)]
         conn.save_state(state_path)
-        os.kill(server.pid, signal.SIGKILL)  # its main process: its workers follow it
+        assert server.poll() is None  # mid-epoch: its workers wait for the consumer to confirm the rest
+        os.kill(server.pid, signal.SIGKILL)  # its main process (as the OOM killer): its workers follow it
         server.wait(timeout=10)
     state = json.loads(state_path.read_text())
     (stream,) = state["streams"].values()
