@@ -99,3 +99,39 @@ def test_a_watch_steps_until_its_step_is_done_or_its_owner_is_back():
     watch.thread.join(10)
     assert not watch.thread.is_alive()
     watch.stop()
+
+
+def test_after_a_marker_every_linked_receiver_is_told_the_floor_whatever_the_data_connections_got(outbound):
+    """A tick (or a marker) told the floor on the data socket, which round-robin gives to one connection
+    of several (or none, its queue full): the receivers are each told it again over their links, or one
+    of them holds its marker for ever. (Failed before: the watch skipped a floor a tick had carried.)"""
+    import msgpack
+
+    from tensorcom.transport._outbound import _Receiver
+
+    outbound._open_link()
+    where = f"inproc://link-{outbound.token}"
+    outbound.link.bind(where)
+    receivers = {}
+    for name in ("r1", "r2"):
+        sock = outbound.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.ROUTING_ID, name.encode())
+        sock.connect(where)
+        sock.send(b"hello")  # the ROUTER routes to it once this arrived
+        assert outbound.link.poll(5000)
+        outbound.link.recv_multipart()
+        receivers[name] = sock
+        outbound.receivers[name] = _Receiver()
+    outbound.floor_sent = 3  # a tick carried floor 3 (to one of the two data connections)
+    try:
+        assert outbound._watch_step(), "nothing unconfirmed, every receiver told: the watch is done"
+        for name, sock in receivers.items():
+            assert sock.poll(5000), f"{name} was never told the floor"
+            body = msgpack.unpackb(sock.recv(), raw=False)
+            assert body == {"kind": "floor", "token": outbound.token, "floor": 3}
+        assert outbound._watch_step() and not any(sock.poll(0) for sock in receivers.values())  # told once
+    finally:
+        for sock in receivers.values():
+            sock.close(linger=0)
+        outbound.link_monitor.close()
+        outbound.link.close(linger=0)

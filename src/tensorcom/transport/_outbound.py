@@ -76,11 +76,13 @@ def _local_host(host: str, port: int) -> str:
 
 
 class _Receiver:
-    """A confirming receiver as the sender sees it: its link's descriptor and when it went away."""
+    """A confirming receiver as the sender sees it: its link's descriptor, when it went away, and the
+    floor it was told over its link."""
 
     def __init__(self):
         self.fd = -1
         self.away_since: float | None = None
+        self.told = 0
 
 
 class Outbound:
@@ -211,22 +213,25 @@ class Outbound:
         if self.link is None:
             return True
         self._absorb()
-        self._tell_floor()
-        return not self.log.entries and self.floor_sent >= self.log.floor(self.next_seq())
+        return self._tell_floor() and not self.log.entries
 
-    def _tell_floor(self) -> None:
-        """Send every attached receiver a `floor` message over its link when the floor rose past what
-        every data connection was told."""
+    def _tell_floor(self) -> bool:
+        """Send each attached receiver a `floor` message over its link when the floor rose past what
+        its link told it; True when every one was told the floor. What the data connections were told
+        does not count: a tick or a marker goes to one connection of several, or none when its queue
+        is full, so a receiver holding a marker could wait for ever on a floor it was never told."""
         floor = self.log.floor(self.next_seq())
-        if floor <= self.floor_sent:
-            return
-        body = msgpack.packb({"kind": "floor", "token": self.token, "floor": floor})
-        for receiver in self.receivers:
+        body = None
+        for receiver, state in self.receivers.items():
+            if state.told >= floor:
+                continue
+            body = body or msgpack.packb({"kind": "floor", "token": self.token, "floor": floor})
             try:
                 self.link.send_multipart([receiver.encode(), body], flags=zmq.NOBLOCK)
-            except zmq.Again:  # its link's queue is full: it is not reading; a later message tells it
+                state.told = floor
+            except zmq.Again:  # its link's queue is full: it is not reading; the next step tries again
                 pass
-        self.floor_sent = floor
+        return all(state.told >= floor for state in self.receivers.values())
 
     def _settle(self, now: float) -> bool:
         """Tell the log which transmissions went out a liveness window ago (session.SendLog.settle);
@@ -252,7 +257,10 @@ class Outbound:
             return
         self.ever_attached = True
         state = self.receivers.setdefault(receiver, _Receiver())
-        state.fd, state.away_since = frames[-1].get(zmq.SRCFD), None
+        fd = frames[-1].get(zmq.SRCFD)
+        if fd != state.fd:  # a new link connection: what the old one was told may have been lost with it
+            state.told = 0
+        state.fd, state.away_since = fd, None
         self.log.confirm(receiver, [t for t in txs if isinstance(t, int)], high if isinstance(high, int) else -1)
         if kind == "bye":
             self.log.detach(receiver)
