@@ -36,8 +36,10 @@ def test_the_process_owner_leaves_numpy_to_the_work():
     assert loaded_by("import tensorcom.pipeline.processes", ("numpy", "tensorcom.tenbin")) == []
 
 
-def test_a_serving_worker_loads_no_asyncio_nor_the_sharing_protocol():
-    # a worker sends on a plain Connection: the sharing ends open the protocol (asyncio with it) when used
+def test_a_serving_worker_loads_no_asyncio_nor_the_sharing_protocol_nor_an_http_server():
+    # a worker sends on a plain Connection: the sharing ends open the protocol (asyncio with it) when used;
+    # the metrics endpoint is the parent's, CURVE key files are read only where keys are used
     assert loaded_by("import tensorcom.pipeline.serving, tensorcom.transport.connection",
-                     ("asyncio", "zmq.asyncio", "tensorcom.transport.sharing")) == []
+                     ("asyncio", "zmq.asyncio", "tensorcom.transport.sharing", "http.server", "http.client",
+                      "zmq.auth", "logging")) == []
     resolves_lazily(tensorcom.transport.ends)

@@ -60,7 +60,6 @@ from tensorcom.checks import positive
 from tensorcom.pipeline._pipeline import Pipeline
 from tensorcom.pipeline._supervisor import Scaling, Supervisor
 from tensorcom.pipeline.function_spec import load_function
-from tensorcom.pipeline.observe import serve_metrics
 from tensorcom.pipeline.portion_sending import Gate, Lane, send_epochs
 from tensorcom.pipeline.shared_serving import finish_hub, open_hub
 from tensorcom.pipeline.stage_times import StageClock, timed
@@ -298,6 +297,8 @@ def _serve_to(pipeline: Any, urls: Any, hub: Any, *, workers: int | None, epochs
                    epochs=None if epochs is None else first_epoch + epochs - plan.epoch,
                    timing=timing or scaling is not None, cache=cache)  # workers="auto" reads the stage times
     supervisor = Supervisor(report, on_report, hub)
+    from tensorcom.pipeline.observe import serve_metrics  # the parent's alone: no HTTP server in a worker
+
     endpoint = serve_metrics(metrics, supervisor, hub)  # reads the supervisor's figures at each request
     try:
         if scaling is None:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.auth
 from zmq.utils import z85
 
 from tensorcom import settings
@@ -110,6 +109,8 @@ def create_key_pair(directory: str | os.PathLike = ".", name: str = "tensorcom")
     directory.mkdir(parents=True, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=".tensorcom-keys-", dir=directory)  # mode 0700: nobody else reads
     try:
+        import zmq.auth  # (and logging) only where keys are made or read: every socket imports this module
+
         made_public, made_secret = zmq.auth.create_certificates(scratch, name)
         _copy_new(made_secret, secret, 0o600, exact=True)
         try:
@@ -141,6 +142,8 @@ def _read_certificate(path: str | os.PathLike, what: str) -> tuple[bytes, bytes 
     if not path.is_file():
         raise CurveKeyError(f"CURVE {what} is not a file", path)
     try:
+        import zmq.auth
+
         public, secret = zmq.auth.load_certificate(path)
     except ValueError:
         raise CurveKeyError(f"not a ZeroMQ CURVE certificate (no public-key line); expected a {what} "
