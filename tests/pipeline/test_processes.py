@@ -102,6 +102,8 @@ def test_children_answer_on_their_pipes_and_end():
     try:
         owner.start(Entry(counting), name="tensorcom-test")
         assert read_all(owner, 3) == {0: [0, 1, "end"], 1: [0, 1, 2, "end"], 2: [0, 1, 2, 3, "end"]}
+        for proc in owner.procs:  # each leaves by itself after its end; close() would stop a late one
+            proc.join(timeout=30)
     finally:
         owner.close()
     assert [p.exitcode for p in owner.procs] == [0, 0, 0]
