@@ -141,14 +141,18 @@ def test_rate_report_callback_and_stderr(free_port, capfd):
 def test_report_counts_an_epoch_while_the_next_one_is_blocked(free_port):
     """A short epoch followed by a send that blocks (nobody reads) still shows in the reports."""
     port = free_port()
-    reports = []
+    counted = threading.Event()
+
+    def on_report(stats):
+        if stats["batches"] >= 4:
+            counted.set()
+
     big = Pipeline(range(8)).map(big_sample).batch(2)
     with Connection(f"zpull://127.0.0.1:{port}", timeout=30, rcvhwm=1) as conn:
         thread, result = in_thread(big, f"zpush://127.0.0.1:{port}", epochs=3, report=0.05,
-                                   on_report=reports.append, connection_options={"sndhwm": 1})
+                                   on_report=on_report, connection_options={"sndhwm": 1})
         assert len(list(conn)) == 4  # one epoch; the next epoch's sends now block
-        time.sleep(1.0)
-        assert reports and max(r["batches"] for r in reports) >= 4
+        assert counted.wait(timeout=30)  # nothing more is read until a report has counted that epoch
         assert len(list(conn)) == 4 and len(list(conn)) == 4
         thread.join(timeout=30)
     assert result["stats"]["batches"] == 12
