@@ -5,7 +5,6 @@ next). Two real processes: tests/adapters/test_torch_ddp.py."""
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -69,17 +68,20 @@ def test_while_another_rank_waits_nobody_steps_and_nothing_is_lost(others):
 def test_a_stream_reads_ahead_while_others_wait_and_is_drained_to_its_end(others, monkeypatch):
     others.extend([even.HAVE] + [even.WAITING] * 4 + [even.ENDED])
     reader, counts, held = even.Readahead(iter(range(8)), ahead=1), even.Counts(), []
-    scripted = even.agree
+    scripted, shelf = even.agree, reader.shelf
 
     def agree(state: int, group) -> int:
-        time.sleep(0.02)  # a collective takes a moment; the reader reads meanwhile
-        held.append(len(reader.shelf.items))
+        with shelf.cond:  # a collective takes a moment: the reader reads meanwhile, up to what it may hold
+            assert shelf.cond.wait_for(lambda: len(shelf.items) >= shelf.limit or even.END in shelf.items,
+                                         timeout=30)
+            held.append(len(shelf.items))
         return scripted(state, group)
 
     monkeypatch.setattr(even, "agree", agree)
+    monkeypatch.setattr(even, "POLL_SECONDS", 30)  # the first item is always on its way: poll() never says WAITING
     assert list(even.even_pass(reader, None, counts)) == [0]
     assert (counts.batches, counts.dropped) == (1, 7) and not reader.thread.is_alive()
-    assert held[1] == 1 and max(held) >= 4  # one ahead, then one more for each round another rank waited
+    assert held == [1, 1, 2, 3, 4, 5]  # one ahead, then one more for each round another rank waited
 
 
 def test_a_stream_left_early_stops_its_reader():
