@@ -75,15 +75,37 @@ def served():
     assert all(sorted(got) == list(range(4 * BATCHES)) for _, got in consumers)  # the endpoint changed nothing
 
 
+def status(base: str) -> dict:
+    return json.loads(urllib.request.urlopen(base + "status.json", timeout=10).read())
+
+
 def status_with_a_batch(base: str) -> dict:
     """/status.json once it shows a batch and both consumers: the supervisor polls for its worker's
     progress and the sharing server refreshes its consumers' status about every second, so the
     consumers may hold batches before either says so."""
     deadline = time.monotonic() + 30
     while True:
-        record = json.loads(urllib.request.urlopen(base + "status.json", timeout=10).read())
+        record = status(base)
         if record["batches"] and len(record["consumers"]) == 2 or time.monotonic() > deadline:
             return record
+
+
+def waits(record: dict) -> dict:
+    """Each consumer's data wait in a /status.json record, by name (None: not reported yet)."""
+    return {c["name"]: c["data_wait_s"] for c in record["consumers"]}
+
+
+def scrape_between_equal_waits(base: str) -> tuple[dict, dict]:
+    """(/metrics families, /status.json record) with the consumers' data waits the same in the records
+    read just before and just after the scrape: a refresh of the consumers' status (about every second)
+    between one record and the scrape would make them disagree."""
+    deadline = time.monotonic() + 30
+    while True:
+        before = status(base)
+        families, _ = scrape(base)
+        after = status(base)
+        if waits(before) == waits(after) or time.monotonic() > deadline:
+            return families, after
 
 
 def scrape(base: str) -> tuple[dict, set[str]]:
@@ -94,9 +116,9 @@ def scrape(base: str) -> tuple[dict, set[str]]:
 
 
 def test_serve_metrics_have_the_consumers_and_the_workers(served):
-    base, record = served
+    base, _ = served
+    families, record = scrape_between_equal_waits(base)
     names = sorted(c["name"] for c in record["consumers"])
-    families, _ = scrape(base)
     assert len(names) == 2 and record["workers"] == 1 and record["batches"] >= 1
     assert families["tensorcom_workers"].samples[0].value == 1.0
     assert families["tensorcom_batches"].samples[0].value >= 1
