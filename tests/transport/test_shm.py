@@ -35,6 +35,14 @@ def segments_of(server_id: str) -> list[str]:
     return glob.glob(f"/dev/shm/tensorcom-{server_id}-*")
 
 
+def soon(condition, seconds: float = 20.0) -> bool:
+    """Whether condition() holds within `seconds` (looked at every 10 ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
 def check_batches(conn: Connection, batches: int, start: int = 0) -> int:
     """Iterate one pass; every batch is the one sent, and writable memory of this process."""
     count = 0
@@ -120,7 +128,8 @@ def test_a_client_that_asks_is_offered_the_probe_and_gets_references_only_after_
     assert probe[: len(MAGIC) + 16] == MAGIC + bytes.fromhex(offer["token"])
     if answer is not None:
         sock.send(control.encode("shm", ok=answer))
-        time.sleep(0.3)  # the answer is read before the first batch is there to send
+        # the answer is read before the first batch is there to send: the probe goes once every offer is answered
+        assert soon(lambda: not Path(f"/dev/shm/{offer['name']}").exists())
     errors: list = []
     thread = serve_in_thread(server, 3, errors, make_batch=image_batch)
     for n in range(1, 4):
@@ -153,7 +162,7 @@ def test_small_batches_go_as_frames_even_to_a_consumer_that_reads_shared_memory(
     share = server._end.server
     server.send({"id": np.arange(4)}, allow64=True)
     assert consumer.recv()["id"].tolist() == [0, 1, 2, 3]  # the welcome was read: the consumer said yes
-    time.sleep(0.3)  # its answer reaches the server before the next batch
+    assert soon(lambda: share.arena.peers)  # its answer reached the server before the next batch
     server.send(image_batch(0))
     assert consumer.recv()["id"].tolist() == list(range(8))
     assert consumer._end.joiner.links[0].shm_prefix is not None
