@@ -124,12 +124,16 @@ def test_serve_fails_when_its_consumer_disappears(popen, free_port):
     from tensorcom.pipeline.serving import serve
 
     port = free_port()
-    outcome = {}
+    outcome, sent = {}, threading.Event()
+
+    def counted(stats):
+        if stats["batches"] == 25:  # counted after the epoch: all queued, the worker is closing
+            sent.set()
 
     def run():
         try:
-            outcome["stats"] = serve("test_tail:big_batches", f"zpush://127.0.0.1:{port}", report=None,
-                                     connection_options={"sndhwm": 30})
+            outcome["stats"] = serve("test_tail:big_batches", f"zpush://127.0.0.1:{port}", report=0.05,
+                                     on_report=counted, connection_options={"sndhwm": 30})
         except BaseException as exc:
             outcome["error"] = exc
 
@@ -138,7 +142,7 @@ def test_serve_fails_when_its_consumer_disappears(popen, free_port):
     receiver = start(popen, "receive", f"zpull://127.0.0.1:{port}", "--count", "2", "--rcvhwm", "1")
     for _ in range(2):
         assert "got" in json.loads(receiver.stdout.readline())
-    time.sleep(1.0)  # the worker has queued everything and is closing (a PUSH with no peer would wait for one)
+    assert sent.wait(timeout=60)  # the worker has queued everything (a PUSH with no peer would wait for one)
     os.kill(receiver.pid, signal.SIGKILL)
     thread.join(timeout=30)
     assert isinstance(outcome.get("error"), WorkerError), outcome
