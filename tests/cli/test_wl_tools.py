@@ -259,6 +259,15 @@ def test_test_counts_samples_and_bytes(here, data, extra):
     assert report["samples_per_s"] > 0 and report["MB_per_s"] > 0
 
 
+def test_test_figures_keep_significant_digits():
+    """12 samples of 4000 bytes read in 2 s: 0.002 MB/s, not rounded away to 0 (a loaded machine)."""
+    from tensorcom.cli.wl_test import rates
+
+    assert rates(12, 4000, 2.0) == {"samples": 12, "bytes": 4000, "seconds": 2.0, "samples_per_s": 6.0,
+                                    "MB_per_s": 0.002}
+    assert rates(100, 424588, 0.031234567)["MB_per_s"] == 13.594
+
+
 def processes_with_marker(marker: str) -> list[int]:
     """Pids of live processes whose environment holds `marker` (processes a tool left behind)."""
     found = []

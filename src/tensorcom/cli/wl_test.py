@@ -61,10 +61,11 @@ def read_parallel(url: str, image: str, count: int | None, processes: int) -> tu
 
 
 def rates(nsamples: int, nbytes: int, seconds: float) -> dict[str, float]:
-    """The report: samples, bytes, seconds, samples_per_s, MB_per_s."""
+    """The report: samples, bytes, seconds, samples_per_s, MB_per_s; the figures keep five
+    significant digits, so a slow read of small samples is not reported as 0 MB/s."""
     seconds = max(seconds, 1e-9)
-    return {"samples": nsamples, "bytes": nbytes, "seconds": round(seconds, 4),
-            "samples_per_s": round(nsamples / seconds, 1), "MB_per_s": round(nbytes / seconds / 1e6, 2)}
+    figures = {"seconds": seconds, "samples_per_s": nsamples / seconds, "MB_per_s": nbytes / seconds / 1e6}
+    return {"samples": nsamples, "bytes": nbytes, **{key: float(f"{value:.5g}") for key, value in figures.items()}}
 
 
 @entry_point
