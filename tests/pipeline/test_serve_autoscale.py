@@ -83,7 +83,9 @@ def test_auto_workers_change_at_an_epoch_boundary_without_loss_or_reorder(free_p
         except BaseException as exc:
             result["error"] = exc
 
-    with Connection(f"{received}://127.0.0.1:{port}", timeout=60) as conn:
+    # between epochs 0 and 1 no process sends: the new ones are starting, which on a loaded machine can
+    # take longer than the default liveness window (10 s), so the receiver's window is its timeout
+    with Connection(f"{received}://127.0.0.1:{port}", timeout=60, liveness=60) as conn:
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         epochs = [[tuple(int(i) for i in batch["i"]) for batch in conn] for _ in range(3)]
