@@ -25,6 +25,15 @@ def find_free_port() -> int:
         return s.getsockname()[1]
 
 
+def soon(condition, seconds: float = 20.0) -> bool:
+    """Whether condition() holds within `seconds` (looked at every 10 ms): a test waits for a state
+    another thread or process reaches, never for a guessed time."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
 @pytest.fixture
 def free_port():
     """Call to get a fresh free loopback port."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from conftest import soon
 from sharing_threads import serve_in_thread  # tests/transport/sharing_threads.py
 
 from tensorcom import Connection, wire
@@ -33,14 +34,6 @@ def image_batch(i: int) -> dict:
 
 def segments_of(server_id: str) -> list[str]:
     return glob.glob(f"/dev/shm/tensorcom-{server_id}-*")
-
-
-def soon(condition, seconds: float = 20.0) -> bool:
-    """Whether condition() holds within `seconds` (looked at every 10 ms)."""
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return bool(condition())
 
 
 def check_batches(conn: Connection, batches: int, start: int = 0) -> int:
