@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+import queue
 import threading
 import time
 
@@ -103,35 +105,67 @@ def test_abandon_ends_the_pass_and_a_returning_sender_continues_its_epoch():
     assert book.admit(batch("a", 1, 0)) is Verdict.DELIVER  # the rest of its epoch: nothing discarded
 
 
-def publish(url, ready, size, epochs, per_epoch, fast_sent):
+def publish(url, ready, size, epochs, per_epoch, fast_sent, heard):
     """After `ready` is set, publish epochs of `per_epoch` batches [uint8 (size,), int32 [epoch]] as fast
-    as ZeroMQ takes them (it drops what a slow subscriber has no room for), set `fast_sent`, then, after
-    a pause, the last epoch slowly enough to arrive whole."""
-    with Connection(url, sndhwm=1) as conn:
+    as ZeroMQ takes them (it drops what a slow subscriber has no room for) and set `fast_sent`; then
+    probes [-2], [-3], ... until the subscriber has the latest one sent (`heard`: what it reports), so
+    nothing of the fast epochs is left on the way; then the last epoch in step with the subscriber (each
+    batch once it has the one before), so it arrives whole; then wait for the subscriber's None. The
+    queue holds 2: with room for one message only, ZeroMQ's PUB drops now and then a message sent
+    after the subscriber took the one before (its count of what left the queue lags)."""
+    with Connection(url, sndhwm=2) as conn:
         warm = [np.zeros(10, np.uint8), np.array([-1], np.int32)]
         while not ready.wait(0.01):
             conn.send(warm)
         conn.epoch_number = 0
-        for epoch in range(epochs):
-            last = epoch == epochs - 1
-            if last:
-                fast_sent.set()
-                time.sleep(1.0)  # the subscriber catches up
+        for epoch in range(epochs - 1):
             data = np.full(size, epoch, np.uint8)
             for _ in range(per_epoch):
                 conn.send([data, np.array([epoch], np.int32)], copy=False)
-                time.sleep(0.1 if last else 0)
             conn.end_epoch()
-        time.sleep(0.5)
+        fast_sent.set()
+        for probe in itertools.count(-2, -1):  # a probe may be lost too: the next one is sent then
+            conn.send([warm[0], np.array([probe], np.int32)])
+            if caught_up(heard, probe):
+                break
+        last = epochs - 1
+        for _ in range(per_epoch):
+            conn.send([np.full(size, last, np.uint8), np.array([last], np.int32)], copy=False)
+            assert heard.get(timeout=30) == last
+        conn.end_epoch()
+        heard.get(timeout=30)  # the subscriber is done: the marker went out before the close
+
+
+def caught_up(heard: queue.Queue, probe: int) -> bool:
+    """Whether the subscriber reports `probe` (the latest sent) within 50 ms; earlier probes are skipped."""
+    try:
+        while heard.get(timeout=0.05) != probe:
+            pass
+    except queue.Empty:
+        return False
+    return True
+
+
+def one_pass(receiver, heard: queue.Queue, last: int) -> list[int]:
+    """The epochs of one pass's batches (warm-up and probes left out); probes and the last epoch's
+    batches are reported in `heard` as they come."""
+    got = []
+    for batch in receiver:
+        value = int(batch[1][0])
+        if value < -1 or value == last:
+            heard.put(value)
+        if value >= 0:
+            got.append(value)
+    return got
 
 
 @pytest.mark.net
 def test_slow_subscriber_never_mixes_epochs(free_port):
     port = free_port()
-    ready, fast_sent = threading.Event(), threading.Event()
+    ready, fast_sent, heard = threading.Event(), threading.Event(), queue.Queue()
     with Connection(f"zsub://127.0.0.1:{port}", rcvhwm=1, timeout=10, liveness=None) as receiver:
         sender = threading.Thread(target=publish, args=(f"zpub://127.0.0.1:{port}", ready, 2_000_000, 4, 10,
-                                                        fast_sent))
+                                                        fast_sent, heard))
         sender.start()
         try:
             while receiver.recv()[1][0] != -1:
@@ -140,14 +174,15 @@ def test_slow_subscriber_never_mixes_epochs(free_port):
             assert fast_sent.wait(20)  # 60 MB sent while nothing was read: most of it, markers too, dropped
             passes = []
             while len(passes) < 10:
-                got = [int(b[1][0]) for b in receiver if b[1][0] >= 0]
+                got = one_pass(receiver, heard, 3)
                 passes.append(got)
                 time.sleep(0.3)  # slow: the publisher drops what does not fit, markers included
                 if got and got[-1] == 3:
                     break
         finally:
             ready.set()
-            sender.join(timeout=20)
+            heard.put(None)
+            sender.join(timeout=40)
     assert all(len(set(p)) <= 1 for p in passes), passes
     assert passes[-1] == [3] * 10 and receiver.epoch_number == len(passes)
     assert receiver.stats.lost_markers >= 1 and receiver.stats.implicit_ends >= 1
