@@ -4,9 +4,9 @@ import os
 import signal
 import subprocess
 import textwrap
-import time
 
 import pytest
+from conftest import soon
 from test_workers import alive
 
 PARENT = textwrap.dedent("""
@@ -38,8 +38,5 @@ def test_the_watcher_runs_cleanups_then_ends_the_worker(popen, tmp_path):
     child = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait(timeout=10)
-    deadline = time.monotonic() + 30  # the child writes the mark before it leaves: its end is the signal
-    while time.monotonic() < deadline and alive(child):
-        time.sleep(0.05)
-    assert not alive(child)
+    assert soon(lambda: not alive(child), 30)  # the child writes the mark before it leaves
     assert mark.read_text() == "cleaned"
