@@ -36,6 +36,7 @@ def run_dropping(*args: str, timeout: float = 100) -> tuple[str, dict]:
     return out, facts
 
 
+@pytest.mark.timeout(180)  # above the script's own 150 s, so that a hang shows the script's output
 @pytest.mark.parametrize("transport", ["tcp", "ipc"])
 def test_fifty_dropped_connections_of_every_scheme_then_pairs_still_deliver(transport, ipc_path):
     folder = os.path.dirname(ipc_path())  # the fixture's folder, emptied at teardown
