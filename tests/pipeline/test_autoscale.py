@@ -156,7 +156,7 @@ def test_epoch_scaling_clamps_waits_for_the_boundary_and_asks_before_deciding():
     assert scaling.decide(0.0, 0.9, 4, None) and scaling.target == 3
     assert scaling.decide(0.0, 0.9, 3, None) and scaling.target == 2
     assert not scaling.decide(0.0, 0.9, 2, None) and scaling.target == 2  # 2 - 1 is below the minimum
-    later = EpochScaling(scaler, 1, 4, target=3, clock=lambda: now[0], at_once=False)
+    later = EpochScaling(scaler, 3, 4, clock=lambda: now[0], at_once=False)
     assert later.target == 3 and not later.due(3)
     now[0] = 6.0
     assert later.due(3)

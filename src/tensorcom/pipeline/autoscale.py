@@ -215,7 +215,7 @@ class Tuner:
 
 class EpochScaling:
     """The size of a pool that changes only at an epoch boundary (serve's processes, tensorcom.ray's
-    actors): `target`, from `minimum` to `ceiling`, starting at `target` (default `minimum`), moved by
+    actors): `target`, from `minimum` to `ceiling`, starting at `minimum`, moved by
     `scaler` (an Autoscaler, or any object with its observe(); decided(target) is called after each
     change when it has one). The caller owns the pool and how it measures idle shares.
 
@@ -226,10 +226,10 @@ class EpochScaling:
     changed, ask() (the caller's request for the boundary) is called, then the scaler's decided(target),
     and it returns True."""
 
-    def __init__(self, scaler: Any, minimum: int, ceiling: int, target: Optional[int] = None, every: float = 1.0,
+    def __init__(self, scaler: Any, minimum: int, ceiling: int, every: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, at_once: bool = True):
         self.scaler, self.minimum, self.ceiling, self.clock = scaler, minimum, ceiling, clock
-        self.target = minimum if target is None else target
+        self.target = minimum
         self.throttle = Throttle(every, clock, start=float("-inf") if at_once else clock())
 
     def due(self, workers: int) -> bool:
