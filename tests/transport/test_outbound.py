@@ -4,6 +4,7 @@ an unconnected socket), what closing a publisher delivers."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -130,6 +131,14 @@ def test_after_a_marker_every_linked_receiver_is_told_the_floor_whatever_the_dat
             body = msgpack.unpackb(sock.recv(), raw=False)
             assert body == {"kind": "floor", "token": outbound.token, "floor": 3}
         assert outbound._watch_step() and not any(sock.poll(0) for sock in receivers.values())  # told once
+        outbound.next_seq = lambda: 5  # two more batches, confirmed, while r2's link is down
+        outbound.receivers["r2"].away_since, outbound.receivers["r2"].told = time.monotonic(), 0
+        assert not outbound._watch_step(), "the watch ends before r2 is back and told"
+        assert receivers["r1"].poll(5000) and not receivers["r2"].poll(0)
+        receivers["r1"].recv()
+        outbound.receivers["r2"].away_since = None  # its link is back
+        assert outbound._watch_step()
+        assert receivers["r2"].poll(5000) and msgpack.unpackb(receivers["r2"].recv(), raw=False)["floor"] == 5
     finally:
         for sock in receivers.values():
             sock.close(linger=0)

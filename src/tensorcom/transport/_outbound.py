@@ -219,11 +219,13 @@ class Outbound:
         """Send each attached receiver a `floor` message over its link when the floor rose past what
         its link told it; True when every one was told the floor. What the data connections were told
         does not count: a tick or a marker goes to one connection of several, or none when its queue
-        is full, so a receiver holding a marker could wait for ever on a floor it was never told."""
+        is full, so a receiver holding a marker could wait for ever on a floor it was never told. A
+        receiver whose link is down is told once it is back (or detached after `liveness`): until then
+        this is False, so the watch goes on."""
         floor = self.log.floor(self.next_seq())
         body = None
         for receiver, state in self.receivers.items():
-            if state.told >= floor:
+            if state.told >= floor or state.away_since is not None:
                 continue
             body = body or msgpack.packb({"kind": "floor", "token": self.token, "floor": floor})
             try:
@@ -310,7 +312,7 @@ class Outbound:
             if event == zmq.EVENT_DISCONNECTED:
                 for receiver, state in self.receivers.items():
                     if state.fd == fd:
-                        state.away_since = now
+                        state.away_since, state.told = now, 0  # what went to it may be lost with the link
                         self.log.leave(receiver)  # vouches for no data connection until it is back
         return bool(events)
 
