@@ -31,7 +31,6 @@ _EXPORTS: dict[str, str] = {
     "url_of": "tensorcom.transport.ends.attached",
 }
 
-__all__ = ["EPOCH_END", "Intake", "JoinerEnd", "PlainReceiver", "PlainSender", "SharingServerEnd",
-           "SocketSecurity", "url_of"]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
