@@ -271,17 +271,14 @@ def nothing_left_in_shm(request):
     import gc
 
     gc.collect()  # primitives of this process unlink their names when collected
-    left = sorted(shm_entries() - before)
     # A process SIGKILLed alone leaves what it made to its resource tracker, which unlinks it once every
     # process sharing the tracker has gone: a sharing server's handoff segments (tensorcom-*, batches of
     # handoff.MIN_BYTES or more to a consumer on this host), and where worker semaphores have names (C
     # libraries other than glibc: tensorcom.pipeline._semaphores) the sem.mp-* of a server killed before
     # every worker had opened them. With glibc worker semaphores have no name, and multiprocessing's heap file
     # (pym-*) is unlinked in the call that makes it: neither needs this wait.
-    deadline = time.monotonic() + 10.0
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = sorted(shm_entries() - before)
+    soon(lambda: not shm_entries() - before, 10.0)
+    left = sorted(shm_entries() - before)
     if left:
         where = f"the session's own {SHM}" if why is None else f"{SHM} (shared with this host's other processes: {why})"
         pytest.fail(f"the tests left {len(left)} entries in {where}: {', '.join(left)}", pytrace=False)
