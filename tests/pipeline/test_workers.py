@@ -7,9 +7,11 @@ import subprocess
 import textwrap
 import threading
 import time
+from multiprocessing import resource_tracker
 
 import numpy as np
 import pytest
+from conftest import soon
 
 from map_functions import (big, fail_on_k3, fail_on_three, failing_portion, identity,  # what the workers run
                            kill_self_on_five, make_unpicklable, noise, pid_and_square, slow_square, square)
@@ -127,15 +129,14 @@ def test_lambda_with_processes_is_a_clear_type_error():
 
 @pytest.mark.procs
 def test_break_stops_every_worker_process():
+    resource_tracker.ensure_running()  # this process's, which outlives the workers: not one of those started
     before = set(descendants(os.getpid()))
     gen = parallel_map(range(10**6), slow_square, workers=2, processes=True)
     assert next(gen) == 0
     started = set(descendants(os.getpid())) - before
     assert len(started) >= 2
     gen.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(alive(p) for p in started if p in descendants(os.getpid())):
-        time.sleep(0.05)
+    soon(lambda: not any(alive(p) for p in started if p in descendants(os.getpid())), 5)
     assert not any(alive(p) for p in set(descendants(os.getpid())) & started)
 
 
@@ -144,8 +145,7 @@ def test_threads_end_after_close():
     gen = parallel_map(range(10**6), square, workers=3)
     next(gen)
     gen.close()
-    time.sleep(0.3)
-    assert threading.active_count() <= before
+    assert soon(lambda: threading.active_count() <= before, 5)
 
 
 def test_prefetch_passes_items_and_errors():
@@ -200,9 +200,7 @@ def test_kill_ctrl_c_or_exception_in_the_parent_leaves_no_orphan(popen, tmp_path
     parent.wait(timeout=10)
     if sig is None:
         assert "the training loop failed" in parent.stderr.read()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(alive(p) for p in children):
-        time.sleep(0.05)
+    soon(lambda: not any(alive(p) for p in children), 5)
     assert [p for p in children if alive(p)] == []
 
 
