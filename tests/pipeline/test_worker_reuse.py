@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import textwrap
-import time
 
 import pytest
 
+from conftest import soon
 from map_functions import counted, tagged  # what the workers run
 from tensorcom.pipeline import Pipeline
 from test_workers import alive, descendants
@@ -29,13 +29,6 @@ def without_pids(items: list) -> tuple[list, set]:
     return [(x, draw) for x, draw, _ in items], {pid for _, _, pid in items}
 
 
-def wait_until(condition, seconds: float = 15.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
-
-
 @pytest.mark.procs
 def test_the_same_processes_serve_every_epoch_exactly_and_end_with_the_pipeline():
     pipeline = Pipeline(range(10), seed=7).map(tagged, rng=True).parallel(2)
@@ -48,11 +41,11 @@ def test_the_same_processes_serve_every_epoch_exactly_and_end_with_the_pipeline(
     early = iter(pipeline.set_epoch(2))
     next(early)
     early.close()  # an epoch left half-way stops its processes; the next one starts new ones
-    assert wait_until(lambda: not any(alive(pid) for pid in pids[0]))
+    assert soon(lambda: not any(alive(pid) for pid in pids[0]))
     got, seen = without_pids(list(pipeline.set_epoch(2)))
     assert got == expected(2) and seen.isdisjoint(pids[0])
     pipeline.close()
-    assert wait_until(lambda: not any(alive(pid) for pid in seen))
+    assert soon(lambda: not any(alive(pid) for pid in seen))
 
 
 @pytest.mark.procs
@@ -66,7 +59,7 @@ def test_a_process_map_keeps_its_processes_across_epochs_by_default():
         pids.append(seen)
     assert os.getpid() not in pids[0] and pids[1] <= pids[0]
     pipeline.close()
-    assert wait_until(lambda: not any(alive(pid) for pid in pids[0]))
+    assert soon(lambda: not any(alive(pid) for pid in pids[0]))
 
 
 @pytest.mark.procs
@@ -74,7 +67,7 @@ def test_the_next_epoch_is_computed_before_it_is_asked_for(tmp_path):
     calls = tmp_path / "calls"
     with Pipeline(range(8)).map(functools.partial(counted, str(calls))).parallel(2) as pipeline:
         assert sorted(pipeline) == list(range(8))
-        assert wait_until(lambda: len(calls.read_text().split()) > 8)  # epoch 1 started in the workers
+        assert soon(lambda: len(calls.read_text().split()) > 8)  # epoch 1 started in the workers
         assert sorted(pipeline.set_epoch(1)) == list(range(8))
 
 
@@ -100,4 +93,4 @@ def test_a_killed_parent_leaves_no_worker_between_epochs(popen, tmp_path):
     assert len(workers) == 2 and set(workers) <= set(descendants(parent.pid))  # alive after the epoch
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait(timeout=10)
-    assert wait_until(lambda: not any(alive(pid) for pid in workers), 5.0)
+    assert soon(lambda: not any(alive(pid) for pid in workers), 5.0)
