@@ -8,9 +8,8 @@ Everything here is an alias of the current implementation; torch is imported onl
 
 from __future__ import annotations
 
-from typing import Any
-
 from tensorcom.batch import batch_size
+from tensorcom.lazy import lazy_names
 from tensorcom.transport.batches import listify, transform_with
 from tensorcom.transport.connection import Connection
 from tensorcom.transport.converters import named_converter, tonumpy, totorch
@@ -26,9 +25,4 @@ __all__ = ["Connection", "Statistics", "TensorcomDataset", "batch_size", "conver
            "schemes", "tonumpy", "totorch", "transform_with"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "TensorcomDataset":
-        from tensorcom.adapters.torch import TensorcomDataset
-
-        return TensorcomDataset
-    raise AttributeError(f"module 'tensorcom.zcom' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, {"TensorcomDataset": "tensorcom.adapters.torch"})  # torch on use

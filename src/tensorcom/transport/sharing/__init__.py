@@ -15,9 +15,7 @@ names are imported here eagerly (they need no ZeroMQ); the socket-owning ones on
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from tensorcom.lazy import lazy_names
 from tensorcom.transport.sharing.books import (
     MAX_DEPARTED,
     Consumer,
@@ -29,15 +27,10 @@ from tensorcom.transport.sharing.books import (
     make_book,
 )
 
-_LAZY = {"Hub": "hub", "Joiner": "joiner", "ShareServer": "server", "check_delivered": "server"}
+# the socket-owning names, imported on first use
+_LAZY = {name: f"tensorcom.transport.sharing.{module}" for name, module in
+         (("Hub", "hub"), ("Joiner", "joiner"), ("ShareServer", "server"), ("check_delivered", "server"))}
 __all__ = sorted(["MAX_DEPARTED", "Consumer", "Item", "Send", "ShareBook", "SplitBook", "Welcome",
                   "make_book", *_LAZY])
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module behind a socket-owning name on first use."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'tensorcom.transport.sharing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tensorcom.transport.sharing.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
