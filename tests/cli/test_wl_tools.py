@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import numpy as np
 import pytest
 
+from conftest import soon
 from wl_tasks import die_on_two, fail_late_and_early, fail_on_key, slow_square
 
 from tensorcom import shards
@@ -432,23 +432,15 @@ def test_tools_read_every_shard_whatever_rank(here, data):
     assert lines == [f"s{i:02d}" for i in range(NSAMPLES)]
 
 
-def wait_until(predicate, timeout: float) -> bool:
-    """Poll `predicate` every 0.1 s until it is true or `timeout` seconds pass; its last value."""
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return predicate()
-
-
 def test_xargs_killed_leaves_no_process(popen, data):
     url, _ = data
     env, marker = marked_env()
     tool = popen.start(tool_command("wl-xargs") + [url, "-c", "sleep 60", "-p", "2"], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_until(lambda: len(commands_with_marker(marker, "sleep")) >= 2, 30)  # both workers busy
+    assert soon(lambda: len(commands_with_marker(marker, "sleep")) >= 2, 30)  # both workers busy
     tool.kill()  # SIGKILL: no cleanup in the tool itself; the workers must notice and clean up
     tool.wait(timeout=10)
-    assert wait_until(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
+    assert soon(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
 
 
 def test_extract_reads_stdin_and_pipes(popen, data):
@@ -470,11 +462,11 @@ def test_xargs_interrupted_leaves_no_process(popen, data):
     env, marker = marked_env()
     tool = popen.start(tool_command("wl-xargs") + [url, "-c", "sleep 60", "-p", "2"], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert wait_until(lambda: len(commands_with_marker(marker, "sleep")) >= 2, 30)
+    assert soon(lambda: len(commands_with_marker(marker, "sleep")) >= 2, 30)
     tool.send_signal(signal.SIGINT)  # Ctrl-C: the tool closes its pool, the workers kill their commands
     _, err = tool.communicate(timeout=TIMEOUT)
     assert tool.returncode == 130, err
-    assert wait_until(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
+    assert soon(lambda: processes_with_marker(marker) == [], 10), processes_with_marker(marker)
 
 
 # run_tasks, the process map behind wl-map, wl-xargs and wl-test (the functions it maps: tests/cli/wl_tasks.py)
