@@ -34,6 +34,15 @@ def soon(condition, seconds: float = 20.0) -> bool:
     return bool(condition())
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (an ended child nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.fixture
 def free_port():
     """Call to get a fresh free loopback port."""

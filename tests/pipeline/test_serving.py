@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 from served import add_rss, big_sample, die_on_13, fail_on_13, make_pipeline, slow, to_sample  # what workers run
-from test_workers import alive, descendants
+from conftest import alive
+from test_workers import descendants
 
 from tensorcom.errors import PeerLost, WorkerDied, WorkerError
 from tensorcom.pipeline import Pipeline

@@ -6,8 +6,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import soon
-from test_workers import alive
+from conftest import alive, soon
 
 PARENT = textwrap.dedent("""
     import multiprocessing, os, sys, time

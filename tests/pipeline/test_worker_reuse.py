@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from conftest import soon
+from conftest import alive, soon
 from map_functions import counted, tagged  # what the workers run
 from tensorcom.pipeline import Pipeline
-from test_workers import alive, descendants
+from test_workers import descendants
 
 
 def expected(epoch: int) -> list:

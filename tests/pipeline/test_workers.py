@@ -11,7 +11,7 @@ from multiprocessing import resource_tracker
 
 import numpy as np
 import pytest
-from conftest import soon
+from conftest import alive, soon
 
 from map_functions import (big, fail_on_k3, fail_on_three, failing_portion, identity,  # what the workers run
                            kill_self_on_five, make_unpicklable, noise, pid_and_square, slow_square, square)
@@ -45,14 +45,6 @@ def descendants(pid: int) -> list[int]:
         found += kids
         todo += kids
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("ordered", [True, False])
