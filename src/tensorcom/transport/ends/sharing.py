@@ -151,10 +151,11 @@ class JoinerEnd:
         """The next batch, accepted and converted, or EPOCH_END when the pass ended. A consumer whose
         record was loaded before (a restarted job: Connection.load_state_dict) first starts over
         with its servers, carrying the record, so that it gets what the record lacks."""
-        from tensorcom.transport.sharing.catch_up import latest
-        from tensorcom.transport.sharing.joiner import PASS_END
+        from tensorcom.transport.sharing.joiner import PASS_END  # loaded with the Joiner: a lookup
 
         if not self.started and self.intake.consumed.streams:
+            from tensorcom.transport.sharing.catch_up import latest
+
             self.joiner.restart(latest(self.intake.consumed.state_dict()))
         self.started = True
         message = self.joiner.next()
